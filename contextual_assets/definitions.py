@@ -1,0 +1,50 @@
+"""The one `Definitions` object of the code location."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from eval_assets.assets import retrieval_eval
+
+from .assets import documents_partitions, ingest_assets
+from .resources import ChunkStoreResource, EmbedderResource, HeaderSourceResource, ParsingResource
+from .sensors import build_new_documents_sensor
+from .settings import PlatformSettings
+
+
+def build_resources(settings: PlatformSettings) -> dict[str, dg.ConfigurableResource]:
+    return {
+        "store": ChunkStoreResource(database_url=settings.database_url, duckdb_path=settings.duckdb_path),
+        "parsing": ParsingResource(chunk_tokens=settings.chunk_tokens, max_file_mb=settings.max_file_mb,
+                                   max_pdf_pages=settings.max_pdf_pages),
+        "headers": HeaderSourceResource(source=settings.header_source, base_urls=settings.llm_base_urls,
+                                        model=settings.llm_model, api_key_env=settings.llm_api_key_env,
+                                        max_in_flight=settings.llm_max_in_flight,
+                                        context_tokens=settings.context_tokens),
+        "embedder": EmbedderResource(base_url=settings.embed_base_url, model=settings.embed_model,
+                                     api_key_env=settings.embed_api_key_env),
+    }
+
+
+ingest_job = dg.define_asset_job(
+    "ingest_documents",
+    selection=dg.AssetSelection.groups("ingest"),
+    partitions_def=documents_partitions,
+    tags={"ctx/kind": "ingest"},
+    description="Parse, header, embed and commit one document partition.",
+)
+
+
+def build_definitions(settings: PlatformSettings | None = None) -> dg.Definitions:
+    settings = settings or PlatformSettings.from_env()
+    return dg.Definitions(
+        assets=[*ingest_assets, retrieval_eval],
+        jobs=[ingest_job],
+        sensors=[build_new_documents_sensor(ingest_job, settings.inbox)],
+        resources=build_resources(settings),
+        # One process per run, not per step: a step process costs ~3 s of imports per document.
+        executor=dg.in_process_executor,
+    )
+
+
+defs = build_definitions()

@@ -1,0 +1,98 @@
+"""Embedding of header + chunk: sentence-transformers (default, the bundled all-MiniLM-L6-v2) or an
+OpenAI-compatible /v1/embeddings endpoint. torch is imported only when a local model is used."""
+
+from __future__ import annotations
+
+import os
+import threading
+from abc import ABC, abstractmethod
+from functools import lru_cache
+
+from .errors import ConfigurationError
+from .tokens import bundled_model_dir
+
+TEXT_LAYOUT_VERSION = "layout-v1"
+
+
+def embedding_text(header: str, text: str) -> str:
+    """layout-v1: the header, a blank line, then the chunk; the chunk alone when there is no header."""
+    return f"{header}\n\n{text}" if header else text
+
+
+def sentence_transformer_name(model_dir: str) -> str:
+    """A readable model name: the bundled package's model, or the directory's name."""
+    path = model_dir.rstrip("/")
+    if os.path.basename(path) == "model" and "minilm" in path.lower():
+        return "all-MiniLM-L6-v2"
+    return os.path.basename(path)
+
+
+class Embedder(ABC):
+    identity: str
+    dimension: int
+
+    @abstractmethod
+    def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+
+@lru_cache(maxsize=2)
+def _load_sentence_transformer(model_dir: str):
+    # Offline by construction: the model comes from a local directory, never from a hub.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(model_dir, device="cpu")
+
+
+class SentenceTransformerEmbedder(Embedder):
+    def __init__(self, model_dir: str | None = None, batch_size: int = 32):
+        self.model_dir = model_dir or str(bundled_model_dir())
+        self.batch_size = batch_size
+        self.identity = f"st:{sentence_transformer_name(self.model_dir)}"
+        self._lock = threading.Lock()
+        self._dimension: int | None = None
+
+    @property
+    def model(self):
+        return _load_sentence_transformer(self.model_dir)
+
+    @property
+    def dimension(self) -> int:  # type: ignore[override]
+        if self._dimension is None:
+            getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+            self._dimension = int(getter())
+        return self._dimension
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        with self._lock:  # one forward pass at a time: torch already uses every core
+            vectors = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                        show_progress_bar=False, convert_to_numpy=True)
+        return vectors.tolist()
+
+
+class OpenAIEmbedder(Embedder):
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, batch_size: int = 64):
+        if not model:
+            raise ConfigurationError("CTX_EMBED_MODEL must name the model served at CTX_EMBED_BASE_URL")
+        from openai import OpenAI
+
+        self.client = OpenAI(base_url=base_url.rstrip("/"), api_key=api_key or "not-needed", max_retries=3)
+        self.model = model
+        self.batch_size = batch_size
+        self.identity = f"openai:{model}"
+        self.dimension = 0
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            response = self.client.embeddings.create(model=self.model, input=texts[start : start + self.batch_size])
+            vectors.extend(item.embedding for item in sorted(response.data, key=lambda d: d.index))
+        if vectors:
+            self.dimension = len(vectors[0])
+        return vectors

@@ -1,0 +1,52 @@
+"""The versioned prompt template (a file under prompts/)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import ConfigurationError
+
+PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+DEFAULT_PROMPT = "header_v1"
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    version: str
+    system: str
+    user: str
+
+    def render(self, *, title: str, section_path: str, context: str, chunk: str) -> list[dict[str, str]]:
+        values = {"title": title.replace('"', "'"), "section_path": section_path or "(none)",
+                  "context": context, "chunk": chunk}
+        # str.replace, not str.format: document text may hold braces.
+        user = self.user
+        for key, value in values.items():
+            user = user.replace("{" + key + "}", value)
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
+
+
+@lru_cache(maxsize=8)
+def load_prompt(name_or_path: str = DEFAULT_PROMPT) -> PromptTemplate:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PROMPTS_DIR / f"{name_or_path}.txt"
+    if not path.exists():
+        raise ConfigurationError(f"prompt template {path} not found")
+    version, system, user, section = None, [], [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# prompt-version:"):
+            version = line.split(":", 1)[1].strip()
+        elif line.startswith("# "):
+            continue
+        elif line.strip() == "[system]":
+            section = system
+        elif line.strip() == "[user]":
+            section = user
+        elif section is not None:
+            section.append(line)
+    if not version or not system or not user:
+        raise ConfigurationError(f"prompt template {path} needs '# prompt-version:', [system] and [user]")
+    return PromptTemplate(version=version, system="\n".join(system).strip(), user="\n".join(user).strip())

@@ -1,0 +1,191 @@
+"""PDF via pymupdf: the outline gives the section tree; without one, headings are detected from
+font size and weight."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from ..errors import DocumentError
+from .blocks import Block, ParsedSource
+
+_BOLD_FLAG = 16
+
+
+def _open(path: Path, data: bytes, max_pages: int):
+    import pymupdf
+
+    try:
+        doc = pymupdf.open(stream=data, filetype="pdf")
+    except Exception as exc:  # pymupdf raises several types for broken files
+        raise DocumentError(str(path), f"not a readable PDF (corrupt or truncated): {exc}") from None
+    if doc.needs_pass:
+        raise DocumentError(str(path), "PDF is password-protected; remove the password and add it again")
+    if doc.page_count == 0:
+        raise DocumentError(str(path), "PDF has no pages (corrupt or truncated file)")
+    if doc.page_count > max_pages:
+        raise DocumentError(
+            str(path), f"PDF has {doc.page_count} pages, over the limit of {max_pages} (CTX_MAX_PDF_PAGES)"
+        )
+    return doc
+
+
+def _page_lines(page) -> list[dict]:
+    """Text lines of a page in reading order with their top y, font size and boldness."""
+    lines: list[dict] = []
+    for block_index, block in enumerate(page.get_text("dict", sort=True)["blocks"]):
+        if block.get("type") != 0:
+            continue
+        for line in block["lines"]:
+            spans = [s for s in line["spans"] if s["text"].strip()]
+            if not spans:
+                continue
+            text = "".join(s["text"] for s in line["spans"]).strip()
+            size = max(s["size"] for s in spans)
+            bold = all((s["flags"] & _BOLD_FLAG) or "bold" in s["font"].lower() for s in spans)
+            lines.append({"text": text, "y": line["bbox"][1], "size": round(size, 1), "bold": bold,
+                          "block": block_index})
+    return lines
+
+
+def _join_lines(lines: list[str]) -> str:
+    """Join a paragraph's lines, healing words hyphenated across a line break."""
+    text = ""
+    for line in lines:
+        if text.endswith("-") and line[:1].islower():
+            text = text[:-1] + line
+        else:
+            text = f"{text} {line}" if text else line
+    return text
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def parse_pdf(path: Path, data: bytes, max_pages: int = 2000) -> ParsedSource:
+    doc = _open(path, data, max_pages)
+    try:
+        pages = [_page_lines(page) for page in doc]
+        toc = doc.get_toc(simple=True)
+        metadata_title = (doc.metadata or {}).get("title") or ""
+        page_count = doc.page_count
+    except Exception as exc:
+        raise DocumentError(str(path), f"PDF could not be read past its header (corrupt): {exc}") from None
+    finally:
+        doc.close()
+    if not any(pages):
+        raise DocumentError(
+            str(path),
+            f"PDF has no extractable text on any of its {page_count} pages (scanned or image-only?); "
+            "run OCR on it first",
+        )
+    warnings: list[str] = []
+    if toc:
+        blocks = _blocks_from_outline(pages, toc)
+        strategy = "outline"
+    else:
+        blocks = _blocks_from_fonts(pages)
+        strategy = "font-headings"
+    empty_pages = sum(1 for p in pages if not p)
+    if empty_pages:
+        warnings.append(f"{empty_pages} of {page_count} pages hold no text")
+    title = metadata_title.strip() or (toc[0][1].strip() if toc else "") or path.stem
+    return ParsedSource(kind=f"pdf:{strategy}", title=title, blocks=blocks, pages=page_count, warnings=warnings)
+
+
+def _blocks_from_outline(pages: list[list[dict]], toc: list[list]) -> list[Block]:
+    # Locate each outline entry at (page, y): the heading line on its target page when found.
+    anchors: list[tuple[int, float, int, str]] = []
+    for level, title, page_no, *_ in toc:
+        page_index = max(0, min(len(pages) - 1, (page_no or 1) - 1))
+        y = 0.0
+        wanted = _norm(title)
+        for line in pages[page_index]:
+            if _norm(line["text"]) == wanted or (wanted and _norm(line["text"]).startswith(wanted)):
+                y = line["y"]
+                break
+        anchors.append((page_index, y, level, title.strip()))
+    anchors.sort(key=lambda a: (a[0], a[1]))
+    heading_keys = {(a[0], _norm(a[3])) for a in anchors}
+
+    blocks: list[Block] = []
+    stack: list[tuple[int, str]] = []
+    cursor = 0
+    for page_index, lines in enumerate(pages):
+        paragraph: list[str] = []
+        current_block = None
+
+        def flush(page=page_index) -> None:
+            if paragraph:
+                blocks.append(Block(text=_join_lines(paragraph), section_path=[t for _, t in stack], page=page + 1))
+                paragraph.clear()
+
+        for line in lines:
+            while cursor < len(anchors) and (anchors[cursor][0], anchors[cursor][1]) <= (page_index, line["y"] + 0.5):
+                flush()
+                _, _, level, title = anchors[cursor]
+                while stack and stack[-1][0] >= level:
+                    stack.pop()
+                stack.append((level, title))
+                cursor += 1
+            if (page_index, _norm(line["text"])) in heading_keys:
+                continue  # the heading itself lives in the section path
+            if current_block is not None and line["block"] != current_block:
+                flush()
+            current_block = line["block"]
+            paragraph.append(line["text"])
+        flush()
+    return blocks
+
+
+def _blocks_from_fonts(pages: list[list[dict]]) -> list[Block]:
+    sizes = Counter()
+    for lines in pages:
+        for line in lines:
+            sizes[line["size"]] += len(line["text"])
+    body = sizes.most_common(1)[0][0]
+    body_bold_share = statistics.mean(
+        [1.0 if line["bold"] else 0.0 for lines in pages for line in lines if line["size"] == body] or [0.0]
+    )
+
+    def is_heading(line: dict) -> bool:
+        short = len(line["text"]) <= 120 and not line["text"].endswith((".", ",", ";"))
+        larger = line["size"] >= body * 1.12
+        bold_body = line["bold"] and line["size"] >= body and body_bold_share < 0.5
+        return short and (larger or bold_body)
+
+    heading_sizes = sorted({line["size"] for lines in pages for line in lines if is_heading(line)}, reverse=True)
+    level_of = {size: rank + 1 for rank, size in enumerate(heading_sizes)}
+
+    blocks: list[Block] = []
+    stack: list[tuple[int, str]] = []
+    for page_index, lines in enumerate(pages):
+        paragraph: list[str] = []
+        current_block = None
+
+        def flush(page=page_index) -> None:
+            if paragraph:
+                blocks.append(Block(text=_join_lines(paragraph), section_path=[t for _, t in stack], page=page + 1))
+                paragraph.clear()
+
+        for line in lines:
+            if is_heading(line):
+                flush()
+                level = level_of[line["size"]]
+                if stack and stack[-1][0] == level and stack[-1][1] and current_block == line["block"]:
+                    # A heading wrapped over two lines.
+                    stack[-1] = (level, stack[-1][1] + " " + line["text"])
+                else:
+                    while stack and stack[-1][0] >= level:
+                        stack.pop()
+                    stack.append((level, line["text"]))
+                current_block = line["block"]
+                continue
+            if current_block is not None and line["block"] != current_block:
+                flush()
+            current_block = line["block"]
+            paragraph.append(line["text"])
+        flush()
+    return blocks

@@ -1,0 +1,114 @@
+"""Driving ingest through the Dagster definitions and instance (used by `ctx` and benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import dagster as dg
+from pydantic import BaseModel
+
+from .assets import documents_partitions
+from .errors import DocumentError
+from .inbox import file_sha256
+from .models import SourceRecord
+from .parsing import SUPPORTED_EXTENSIONS
+from .partition_keys import key_for_path, partition_key_for
+from .store import ChunkStore
+
+REPO_DAGSTER_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
+
+
+class PartitionOutcome(BaseModel):
+    key: str
+    path: str
+    success: bool
+    run_id: str | None = None
+    chunks: int = 0
+    error: str | None = None
+
+
+def ensure_dagster_home(ctx_home: str) -> Path:
+    """DAGSTER_HOME, defaulting to <CTX_HOME>/dagster, seeded with the shipped dagster.yaml."""
+    home = Path(os.environ.get("DAGSTER_HOME") or Path(ctx_home, "dagster")).absolute()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["DAGSTER_HOME"] = str(home)
+    if not (home / "dagster.yaml").exists() and REPO_DAGSTER_YAML.exists():
+        shutil.copyfile(REPO_DAGSTER_YAML, home / "dagster.yaml")
+    return home
+
+
+def collect_sources(paths: Iterable[str | Path]) -> tuple[list[tuple[str, Path]], list[str]]:
+    """Files to ingest with their partition keys: a file's key is its name, a directory's files are
+    keyed `<dir name>/<relative path>`. Returns (sources, refusals)."""
+    sources: list[tuple[str, Path]] = []
+    refused: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for file in sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")):
+                if file.suffix.lower() not in SUPPORTED_EXTENSIONS:
+                    refused.append(f"{file}: unsupported file type '{file.suffix}', skipped")
+                    continue
+                try:
+                    key = key_for_path(file, path)
+                except DocumentError as exc:
+                    refused.append(str(exc))
+                    continue
+                sources.append((partition_key_for(f"{path.absolute().name}/{key}"), file))
+        elif path.exists():
+            sources.append((partition_key_for(path.name), path))
+        else:
+            refused.append(f"{path}: no such file or directory")
+    return sources, refused
+
+
+def register_sources(store: ChunkStore, instance: dg.DagsterInstance, sources: list[tuple[str, Path]]) -> None:
+    for key, path in sources:
+        store.register_source(SourceRecord(doc_id=key, path=str(path.absolute()), file_hash=file_sha256(path)))
+    instance.add_dynamic_partitions(documents_partitions.name, [key for key, _ in sources])
+
+
+def ingest_partitions(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    sources: list[tuple[str, Path]],
+    on_done: Callable[[PartitionOutcome], None] | None = None,
+    log_level: str = "INFO",
+) -> list[PartitionOutcome]:
+    """One run per document partition, in this process, recorded in the instance."""
+    job = defs.resolve_job_def("ingest_documents")
+    outcomes: list[PartitionOutcome] = []
+    for key, path in sources:
+        result = job.execute_in_process(
+            partition_key=key, instance=instance, raise_on_error=False, tags={"ctx/trigger": "cli"},
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+        )
+        outcome = PartitionOutcome(key=key, path=str(path), success=result.success, run_id=result.run_id)
+        if result.success:
+            for event in result.get_asset_materialization_events():
+                materialization = event.step_materialization_data.materialization
+                if materialization and materialization.asset_key.path[-1] == "chunk_embeddings":
+                    value = materialization.metadata.get("chunks")
+                    outcome.chunks = int(value.value) if value is not None else 0
+        else:
+            outcome.error = failure_message(result)
+        outcomes.append(outcome)
+        if on_done:
+            on_done(outcome)
+    return outcomes
+
+
+def failure_message(result) -> str:
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE":
+            data = event.step_failure_data
+            if data and data.error:
+                message = data.error.message.strip()
+                # dg.Failure's description is the user-facing message.
+                if data.user_failure_data and data.user_failure_data.description:
+                    message = data.user_failure_data.description
+                return message.splitlines()[0] if message else "step failed"
+    return "run failed"

@@ -1,0 +1,53 @@
+"""Platform settings from the environment, so the CLI, Dagster and benchmarks in two shells with
+the same environment see the same index."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel
+
+
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+class PlatformSettings(BaseModel):
+    home: str = ".ctx"
+    inbox: str = "inbox"
+    database_url: str = ""
+    duckdb_path: str = ""
+    header_source: str = "auto"  # auto | openai | structural | none
+    llm_base_urls: str = ""
+    llm_model: str = ""
+    llm_api_key_env: str = "CTX_LLM_API_KEY"
+    llm_max_in_flight: int = 16
+    embed_base_url: str = ""
+    embed_model: str = ""
+    embed_api_key_env: str = "CTX_EMBED_API_KEY"
+    chunk_tokens: int = 200
+    context_tokens: int = 1000
+    max_file_mb: float = 100.0
+    max_pdf_pages: int = 2000
+
+    @classmethod
+    def from_env(cls) -> "PlatformSettings":
+        home = _env("CTX_HOME", ".ctx")
+        return cls(
+            home=home,
+            inbox=_env("CTX_INBOX", "inbox"),
+            database_url=_env("DATABASE_URL"),
+            duckdb_path=_env("CTX_DUCKDB_PATH") or str(Path(home) / "index.duckdb"),
+            header_source=_env("CTX_HEADER_SOURCE", "auto").lower(),
+            llm_base_urls=_env("CTX_LLM_BASE_URLS") or _env("CTX_LLM_BASE_URL"),
+            llm_model=_env("CTX_LLM_MODEL"),
+            llm_api_key_env=_env("CTX_LLM_API_KEY_ENV", "CTX_LLM_API_KEY"),
+            llm_max_in_flight=int(_env("CTX_LLM_MAX_IN_FLIGHT", "16")),
+            embed_base_url=_env("CTX_EMBED_BASE_URL"),
+            embed_model=_env("CTX_EMBED_MODEL"),
+            chunk_tokens=int(_env("CTX_CHUNK_TOKENS", "200")),
+            context_tokens=int(_env("CTX_CONTEXT_TOKENS", "1000")),
+            max_file_mb=float(_env("CTX_MAX_FILE_MB", "100")),
+            max_pdf_pages=int(_env("CTX_MAX_PDF_PAGES", "2000")),
+        )

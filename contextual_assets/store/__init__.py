@@ -1,0 +1,23 @@
+"""Chunk stores: DuckDB (embedded default) and Postgres + pgvector (production)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import ChunkStore
+from .duckdb_store import DuckDBChunkStore
+
+
+def open_store(database_url: str | None, duckdb_path: str | Path) -> ChunkStore:
+    """Postgres when `database_url` is set, otherwise the DuckDB file; migrated on open."""
+    if database_url:
+        from .postgres_store import PostgresChunkStore
+
+        store: ChunkStore = PostgresChunkStore(database_url)
+    else:
+        store = DuckDBChunkStore(duckdb_path)
+    store.migrate()
+    return store
+
+
+__all__ = ["ChunkStore", "DuckDBChunkStore", "open_store"]

@@ -1,0 +1,39 @@
+"""Versioned schema migrations. Append new steps; never edit an applied one."""
+
+from __future__ import annotations
+
+_COMMON_V1 = [
+    """CREATE TABLE IF NOT EXISTS ctx_sources (
+        doc_id TEXT PRIMARY KEY, path TEXT NOT NULL, file_hash TEXT, registered_at TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ctx_index_versions (
+        index_version TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, created_at TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ctx_documents (
+        doc_id TEXT NOT NULL, index_version TEXT NOT NULL, source_path TEXT NOT NULL, kind TEXT NOT NULL,
+        title TEXT NOT NULL, file_hash TEXT NOT NULL, n_chunks INTEGER NOT NULL, updated_at TEXT NOT NULL,
+        PRIMARY KEY (doc_id, index_version))""",
+]
+
+_CHUNKS = """CREATE TABLE IF NOT EXISTS ctx_chunks (
+        index_version TEXT NOT NULL, doc_id TEXT NOT NULL, ordinal INTEGER NOT NULL, source_doc TEXT NOT NULL,
+        title TEXT NOT NULL, section_path TEXT NOT NULL, page_start INTEGER, page_end INTEGER, text TEXT NOT NULL,
+        token_count INTEGER NOT NULL, content_hash TEXT NOT NULL, external_id TEXT, header TEXT,
+        header_source TEXT, header_model TEXT, {embedding}, embedding_dim INTEGER,
+        PRIMARY KEY (index_version, doc_id, ordinal))"""
+
+MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
+    "duckdb": [
+        (1, _COMMON_V1 + [
+            _CHUNKS.format(embedding="embedding FLOAT[]"),
+            "CREATE INDEX IF NOT EXISTS ctx_chunks_doc ON ctx_chunks (doc_id)",
+        ]),
+    ],
+    "postgres": [
+        (1, ["CREATE EXTENSION IF NOT EXISTS vector"] + _COMMON_V1 + [
+            _CHUNKS.format(embedding="embedding vector"),
+            "CREATE INDEX IF NOT EXISTS ctx_chunks_doc ON ctx_chunks (doc_id)",
+            "CREATE INDEX IF NOT EXISTS ctx_chunks_version ON ctx_chunks (index_version, embedding_dim)",
+        ]),
+    ],
+}
+
+SCHEMA_VERSION = max(v for v, _ in MIGRATIONS["duckdb"])

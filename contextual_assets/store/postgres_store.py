@@ -1,0 +1,152 @@
+"""Postgres + pgvector back-end (production). Dense search uses an HNSW index per embedding
+dimension (an expression index over `embedding::vector(N)`), so index versions built with
+different embedders live side by side."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from ..errors import StoreError
+from ..models import EmbeddedChunk, SearchHit
+from .base import ChunkStore, _CHUNK_COLUMNS, utc_now
+from .migrations import MIGRATIONS
+
+_MIGRATION_LOCK = 7_314_159  # advisory lock id: one migrator at a time
+
+
+def redact_url(url: str) -> str:
+    """Database URL without its password, for messages and metadata."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def _vector_literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+
+
+class PostgresChunkStore(ChunkStore):
+    dialect = "postgres"
+
+    def __init__(self, url: str, pool_size: int = 4):
+        super().__init__()
+        self.url = url
+        self.location = f"postgres:{redact_url(url)}"
+        try:
+            self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, open=True, timeout=30,
+                                        kwargs={"autocommit": True})
+            self._pool.wait(timeout=30)
+        except Exception as exc:
+            raise StoreError(f"cannot connect to Postgres at {redact_url(url)}: {type(exc).__name__}") from None
+        self._indexed_dims: set[int] = set()
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def migrate(self) -> int:
+        with self._pool.connection() as conn:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS ctx_schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)"
+                )
+                applied = {r[0] for r in conn.execute("SELECT version FROM ctx_schema_migrations").fetchall()}
+                for version, statements in MIGRATIONS["postgres"]:
+                    if version in applied:
+                        continue
+                    for statement in statements:
+                        conn.execute(statement)
+                    conn.execute("INSERT INTO ctx_schema_migrations VALUES (%s, %s)", (version, utc_now()))
+            return int(conn.execute("SELECT max(version) FROM ctx_schema_migrations").fetchone()[0])
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        with self._pool.connection() as conn:
+            with conn.transaction():
+                with conn.cursor() as cur:
+                    yield cur
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with self._pool.connection() as conn:
+            return conn.execute(self._sql(sql), list(params)).fetchall()
+
+    def _ensure_hnsw(self, dim: int) -> None:
+        if dim in self._indexed_dims:
+            return
+        with self._pool.connection() as conn:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK + dim,))
+                conn.execute(
+                    f"CREATE INDEX IF NOT EXISTS ctx_chunks_hnsw_{int(dim)} ON ctx_chunks USING hnsw "
+                    f"((embedding::vector({int(dim)})) vector_cosine_ops) WHERE embedding_dim = {int(dim)}"
+                )
+        self._indexed_dims.add(dim)
+
+    def _insert_chunks(self, cursor: Any, chunks: list[EmbeddedChunk], index_version: str) -> None:
+        if not chunks:
+            return
+        with cursor.copy(
+            "COPY ctx_chunks (index_version, doc_id, ordinal, source_doc, title, section_path, page_start, page_end, "
+            "text, token_count, content_hash, external_id, header, header_source, header_model, embedding, "
+            "embedding_dim) FROM STDIN"
+        ) as copy:
+            for c in chunks:
+                copy.write_row((
+                    index_version, c.doc_id, c.ordinal, c.source_doc, c.title,
+                    json.dumps(c.section_path, ensure_ascii=False), c.page_start, c.page_end, c.text, c.token_count,
+                    c.content_hash, c.external_id, c.header, c.header_source, c.header_model,
+                    _vector_literal(c.embedding), len(c.embedding),
+                ))
+
+    def replace_document(self, document, chunks) -> None:  # type: ignore[override]
+        dims = {len(c.embedding) for c in chunks}
+        for dim in dims:
+            self._ensure_hnsw(dim)
+        super().replace_document(document, chunks)
+
+    def _embedding_rows(self, index_version: str) -> list[tuple[str, int, list[float] | None]]:
+        rows = self._query(
+            "SELECT doc_id, ordinal, embedding::text FROM ctx_chunks WHERE index_version = ?", (index_version,)
+        )
+        return [(r[0], int(r[1]), json.loads(r[2]) if r[2] else None) for r in rows]
+
+    def search_dense(self, vector: Sequence[float], index_version: str, k: int = 10) -> list[SearchHit]:
+        dim = len(vector)
+        literal = _vector_literal(vector)
+        sql = (
+            f"SELECT {_CHUNK_COLUMNS}, 1 - (embedding::vector({dim}) <=> %s::vector({dim})) AS score "
+            f"FROM ctx_chunks WHERE embedding_dim = {dim} AND index_version = %s "
+            f"ORDER BY embedding::vector({dim}) <=> %s::vector({dim}) LIMIT %s"
+        )
+        with self._pool.connection() as conn:
+            with conn.transaction():
+                # Filtering by index version after the HNSW walk can leave fewer than k rows;
+                # a wider candidate list keeps recall, and an exact scan is the fallback.
+                conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, k * 4))}")
+                rows = conn.execute(sql, (literal, index_version, literal, k)).fetchall()
+                if len(rows) < k:
+                    total = conn.execute(
+                        "SELECT count(*) FROM ctx_chunks WHERE index_version = %s AND embedding_dim = %s",
+                        (index_version, dim),
+                    ).fetchone()[0]
+                    if len(rows) < min(k, total):
+                        conn.execute("SET LOCAL enable_indexscan = off")
+                        rows = conn.execute(sql, (literal, index_version, literal, k)).fetchall()
+        if not rows and self.count_chunks(index_version):
+            raise StoreError(
+                f"query vector has {dim} dimensions but index version {index_version} holds no {dim}-dimensional "
+                "embeddings (embedder mismatch)"
+            )
+        return [self._hit(self._row_to_chunk(r), float(r[-1]), index_version) for r in rows]
+
+
+def is_operational_error(exc: BaseException) -> bool:
+    return isinstance(exc, psycopg.OperationalError)

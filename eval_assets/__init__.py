@@ -1,0 +1,1 @@
+"""Evaluation of retrieval quality: gold sets, graders, and (next) the promotion gate."""
