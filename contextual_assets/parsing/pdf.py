@@ -20,6 +20,10 @@ def _open(path: Path, data: bytes, max_pages: int):
         doc = pymupdf.open(stream=data, filetype="pdf")
     except Exception as exc:  # pymupdf raises several types for broken files
         raise DocumentError(str(path), f"not a readable PDF (corrupt or truncated): {exc}") from None
+    if b"%%EOF" not in data[-2048:]:
+        # MuPDF silently repairs a cut-off file and returns what it can: refuse instead of indexing half.
+        doc.close()
+        raise DocumentError(str(path), "PDF is truncated (no end-of-file marker); the file is incomplete or damaged")
     if doc.needs_pass:
         raise DocumentError(str(path), "PDF is password-protected; remove the password and add it again")
     if doc.page_count == 0:
