@@ -6,7 +6,7 @@ import dagster as dg
 
 from eval_assets.assets import retrieval_eval
 
-from .assets import documents_partitions, ingest_assets
+from .assets import ingest_assets
 from .resources import ChunkStoreResource, EmbedderResource, HeaderSourceResource, ParsingResource
 from .sensors import build_new_documents_sensor
 from .settings import PlatformSettings
@@ -29,7 +29,6 @@ def build_resources(settings: PlatformSettings) -> dict[str, dg.ConfigurableReso
 ingest_job = dg.define_asset_job(
     "ingest_documents",
     selection=dg.AssetSelection.groups("ingest"),
-    partitions_def=documents_partitions,
     tags={"ctx/kind": "ingest"},
     description="Parse, header, embed and commit one document partition.",
 )

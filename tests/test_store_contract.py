@@ -1,0 +1,157 @@
+"""One contract, two back-ends: DuckDB (embedded) and Postgres + pgvector (real, via pgserver)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from contextual_assets.models import DocumentRecord, EmbeddedChunk, SourceRecord, content_hash
+from contextual_assets.store import open_store
+from contextual_assets.store.migrations import SCHEMA_VERSION
+
+DIM = 8
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def store(request, tmp_path):
+    if request.param == "duckdb":
+        s = open_store(None, tmp_path / "store.duckdb")
+    else:
+        s = open_store(request.getfixturevalue("pg_url"), tmp_path / "unused.duckdb")
+    yield s
+    s.close()
+
+
+def unit(index: int, dim: int = DIM) -> list[float]:
+    vector = [0.0] * dim
+    vector[index % dim] = 1.0
+    vector[(index + 1) % dim] = 0.3
+    norm = math.sqrt(sum(v * v for v in vector))
+    return [v / norm for v in vector]
+
+
+def make_chunks(doc_id: str, texts: list[str], offset: int = 0) -> list[EmbeddedChunk]:
+    return [
+        EmbeddedChunk(
+            doc_id=doc_id, source_doc=doc_id, title=f"Title of {doc_id}", ordinal=i, section_path=["Part", f"S{i}"],
+            page_start=i + 1, page_end=i + 1, text=text, token_count=len(text.split()), content_hash=content_hash(text),
+            header=f"header {i}", header_source="structural", header_model="structural-v1",
+            embedding=unit(i + offset),
+        )
+        for i, text in enumerate(texts)
+    ]
+
+
+def record(doc_id: str, version: str, n: int) -> DocumentRecord:
+    return DocumentRecord(doc_id=doc_id, index_version=version, source_path=f"/in/{doc_id}", kind="text",
+                          title=f"Title of {doc_id}", file_hash="ab" * 32, n_chunks=n, updated_at="")
+
+
+def put(store, doc_id, texts, version="iv-a", offset=0):
+    store.register_index_version(version, {"header_source": "structural"})
+    chunks = make_chunks(doc_id, texts, offset)
+    store.replace_document(record(doc_id, version, len(chunks)), chunks)
+    return chunks
+
+
+def test_migrations_are_versioned_and_idempotent(store):
+    assert store.schema_version() == SCHEMA_VERSION
+    assert store.migrate() == SCHEMA_VERSION
+    assert store.migrate() == SCHEMA_VERSION
+
+
+def test_replace_document_swaps_all_chunks(store):
+    put(store, "a.txt", ["alpha one", "alpha two", "alpha three"])
+    put(store, "b.txt", ["beta one"], offset=3)
+    assert store.count_chunks("iv-a") == 4
+    put(store, "a.txt", ["alpha new"])
+    assert store.count_chunks("iv-a", "a.txt") == 1
+    assert [c.text for c in store.chunks("iv-a", "a.txt")] == ["alpha new"]
+    assert store.count_chunks("iv-a", "b.txt") == 1
+    docs = {d.doc_id: d for d in store.documents("iv-a")}
+    assert docs["a.txt"].n_chunks == 1
+
+
+def test_failed_replace_leaves_previous_version(store, monkeypatch):
+    put(store, "a.txt", ["old one", "old two"])
+    original = type(store)._insert_chunks
+
+    def crash_midway(self, cursor, chunks, index_version):
+        original(self, cursor, chunks[:1], index_version)  # half the rows written, then the crash
+        raise RuntimeError("simulated crash during commit")
+
+    monkeypatch.setattr(type(store), "_insert_chunks", crash_midway)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        store.replace_document(record("a.txt", "iv-a", 3), make_chunks("a.txt", ["new 1", "new 2", "new 3"]))
+    monkeypatch.setattr(type(store), "_insert_chunks", original)
+    assert [c.text for c in store.chunks("iv-a", "a.txt")] == ["old one", "old two"]
+    assert store.documents("iv-a")[0].n_chunks == 2
+
+
+def test_index_versions_are_isolated(store):
+    put(store, "a.txt", ["shared text"], version="iv-a")
+    put(store, "a.txt", ["shared text", "more"], version="iv-b")
+    assert store.count_chunks("iv-a") == 1 and store.count_chunks("iv-b") == 2
+    versions = {v["index_version"]: v for v in store.index_versions()}
+    assert versions["iv-b"]["chunks"] == 2 and versions["iv-a"]["documents"] == 1
+    hits = store.search_lexical("more", "iv-a", 5)
+    assert hits == []
+
+
+def test_purge_removes_every_version_and_source(store):
+    store.register_source(SourceRecord(doc_id="a.txt", path="/in/a.txt", file_hash="x"))
+    put(store, "a.txt", ["one"], version="iv-a")
+    put(store, "a.txt", ["one"], version="iv-b")
+    assert store.purge_document("a.txt") == 2
+    assert store.count_chunks() == 0 and store.get_source("a.txt") is None
+
+
+def test_sources_registry(store):
+    store.register_source(SourceRecord(doc_id="d/x.pdf", path="/in/d/x.pdf", file_hash="1"))
+    store.register_source(SourceRecord(doc_id="d/x.pdf", path="/in/d/x.pdf", file_hash="2"))
+    assert store.get_source("d/x.pdf").file_hash == "2"
+    assert [s.doc_id for s in store.list_sources()] == ["d/x.pdf"]
+
+
+def test_dense_lexical_hybrid_search(store):
+    put(store, "a.txt", ["the penalty for late delivery is five percent", "office hours are nine to five",
+                         "TokenBucket refills at a fixed rate"])
+    put(store, "b.txt", ["unrelated text about gardening", "compost needs nitrogen"], offset=3)
+    dense = store.search_dense(unit(2), "iv-a", 3)
+    assert dense[0].text == "TokenBucket refills at a fixed rate"
+    assert dense[0].score == pytest.approx(1.0, abs=1e-4)
+    assert [h.score for h in dense] == sorted([h.score for h in dense], reverse=True)
+    lexical = store.search_lexical("token bucket", "iv-a", 3)
+    assert lexical[0].text.startswith("TokenBucket"), "identifiers are split for lexical search"
+    assert store.search_lexical("penalty late", "iv-a", 1)[0].doc_id == "a.txt"
+    hybrid = store.search_hybrid("compost nitrogen", unit(4), "iv-a", 3)
+    assert hybrid[0].text == "compost needs nitrogen"
+    hit = hybrid[0]
+    assert hit.section_path == ["Part", "S1"] and hit.page_start == 2 and hit.header == "header 1"
+
+
+def test_search_sees_updates(store):
+    put(store, "a.txt", ["first text about apples"])
+    assert store.search_lexical("apples", "iv-a", 1)
+    put(store, "a.txt", ["now about pears"])
+    assert store.search_lexical("apples", "iv-a", 1) == []
+    assert store.search_lexical("pears", "iv-a", 1)[0].text == "now about pears"
+
+
+def test_hostile_identifiers_are_data(store):
+    hostile = "x'; DROP TABLE ctx_chunks; --\u00e9\u062d \"q\".pdf"
+    store.register_source(SourceRecord(doc_id=hostile, path=f"/in/{hostile}", file_hash="h"))
+    put(store, hostile, ["robert'); DROP TABLE students;-- text"])
+    assert store.get_source(hostile).path == f"/in/{hostile}"
+    assert store.count_chunks("iv-a", hostile) == 1
+    assert store.search_lexical("students", "iv-a", 1)[0].doc_id == hostile
+    assert store.purge_document(hostile) == 1
+
+
+def test_dimension_mismatch_is_a_clear_error(store):
+    from contextual_assets.errors import StoreError
+
+    put(store, "a.txt", ["some text"])
+    with pytest.raises(StoreError, match="dimension"):
+        store.search_dense([1.0, 0.0], "iv-a", 1)
