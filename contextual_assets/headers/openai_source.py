@@ -169,7 +169,7 @@ class OpenAIHeaderSource(HeaderSource):
                         stats.completion_tokens += usage.completion_tokens or 0
                     raw = response.choices[0].message.content or "" if response.choices else ""
                     header = validate_header(raw, chunk.text, max_tokens=self.max_header_tokens,
-                                             count_tokens=self.counter.count)
+                                             count_tokens=self.counter.count, salvage=True)
                     return HeaderResult(
                         header=header, source="openai", model=self.model,
                         prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,

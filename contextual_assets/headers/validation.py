@@ -21,11 +21,31 @@ def clean_header(raw: str) -> str:
     return " ".join(text.split())
 
 
-def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_tokens) -> str:
-    """Return the cleaned header or raise HeaderValidationError with the reason."""
+def leading_sentences(text: str, max_sentences: int = 2) -> str:
+    """The first complete sentences of a text (models often write a good sentence, then ramble or
+    get cut off by the output-token limit)."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(text + " ")]
+    if not ends:
+        return ""
+    return text[: ends[min(max_sentences, len(ends)) - 1]].strip()
+
+
+def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_tokens, salvage: bool = False) -> str:
+    """Return the cleaned header or raise HeaderValidationError with the reason.
+
+    With `salvage`, an answer that is too long or has too many sentences is cut to its leading
+    complete sentences when those pass every check; an answer with no complete sentence is not.
+    """
     text = clean_header(header)
     if not text:
         raise HeaderValidationError("empty header")
+    if salvage:
+        for sentences in (2, 1):
+            candidate = leading_sentences(text, sentences)
+            if candidate and count_tokens(candidate) <= max_tokens:
+                if candidate != text:
+                    text = candidate
+                break
     tokens = count_tokens(text)
     if tokens > max_tokens:
         raise HeaderValidationError(f"header has {tokens} tokens, over the limit of {max_tokens}")
