@@ -99,6 +99,44 @@ def parse_pdf(path: Path, data: bytes, max_pages: int = 2000) -> ParsedSource:
     return ParsedSource(kind=f"pdf:{strategy}", title=title, blocks=blocks, pages=page_count, warnings=warnings)
 
 
+class _SectionWriter:
+    """Collects body lines into paragraph blocks under the current stack of headings."""
+
+    def __init__(self) -> None:
+        self.blocks: list[Block] = []
+        self.stack: list[tuple[int, str]] = []
+        self.paragraph: list[str] = []
+        self.page = 0
+        self.current_block: int | None = None
+
+    def new_page(self, page_index: int) -> None:
+        self.flush()
+        self.page = page_index
+        self.current_block = None
+
+    def flush(self) -> None:
+        if self.paragraph:
+            self.blocks.append(Block(text=_join_lines(self.paragraph), section_path=[t for _, t in self.stack],
+                                     page=self.page + 1))
+            self.paragraph = []
+
+    def heading(self, level: int, title: str, block: int | None = None) -> None:
+        self.flush()
+        if block is not None and self.stack and self.stack[-1][0] == level and self.current_block == block:
+            self.stack[-1] = (level, f"{self.stack[-1][1]} {title}")  # a heading wrapped over two lines
+        else:
+            while self.stack and self.stack[-1][0] >= level:
+                self.stack.pop()
+            self.stack.append((level, title))
+        self.current_block = block
+
+    def line(self, line: dict) -> None:
+        if self.current_block is not None and line["block"] != self.current_block:
+            self.flush()
+        self.current_block = line["block"]
+        self.paragraph.append(line["text"])
+
+
 def _blocks_from_outline(pages: list[list[dict]], toc: list[list]) -> list[Block]:
     # Locate each outline entry at (page, y): the heading line on its target page when found.
     anchors: list[tuple[int, float, int, str]] = []
@@ -114,38 +152,24 @@ def _blocks_from_outline(pages: list[list[dict]], toc: list[list]) -> list[Block
     anchors.sort(key=lambda a: (a[0], a[1]))
     heading_keys = {(a[0], _norm(a[3])) for a in anchors}
 
-    blocks: list[Block] = []
-    stack: list[tuple[int, str]] = []
+    writer = _SectionWriter()
     cursor = 0
     for page_index, lines in enumerate(pages):
-        paragraph: list[str] = []
-        current_block = None
-
-        def flush(page=page_index) -> None:
-            if paragraph:
-                blocks.append(Block(text=_join_lines(paragraph), section_path=[t for _, t in stack], page=page + 1))
-                paragraph.clear()
-
+        writer.new_page(page_index)
         for line in lines:
             while cursor < len(anchors) and (anchors[cursor][0], anchors[cursor][1]) <= (page_index, line["y"] + 0.5):
-                flush()
                 _, _, level, title = anchors[cursor]
-                while stack and stack[-1][0] >= level:
-                    stack.pop()
-                stack.append((level, title))
+                writer.heading(level, title)
                 cursor += 1
             if (page_index, _norm(line["text"])) in heading_keys:
                 continue  # the heading itself lives in the section path
-            if current_block is not None and line["block"] != current_block:
-                flush()
-            current_block = line["block"]
-            paragraph.append(line["text"])
-        flush()
-    return blocks
+            writer.line(line)
+    writer.flush()
+    return writer.blocks
 
 
 def _blocks_from_fonts(pages: list[list[dict]]) -> list[Block]:
-    sizes = Counter()
+    sizes: Counter = Counter()
     for lines in pages:
         for line in lines:
             sizes[line["size"]] += len(line["text"])
@@ -163,33 +187,13 @@ def _blocks_from_fonts(pages: list[list[dict]]) -> list[Block]:
     heading_sizes = sorted({line["size"] for lines in pages for line in lines if is_heading(line)}, reverse=True)
     level_of = {size: rank + 1 for rank, size in enumerate(heading_sizes)}
 
-    blocks: list[Block] = []
-    stack: list[tuple[int, str]] = []
+    writer = _SectionWriter()
     for page_index, lines in enumerate(pages):
-        paragraph: list[str] = []
-        current_block = None
-
-        def flush(page=page_index) -> None:
-            if paragraph:
-                blocks.append(Block(text=_join_lines(paragraph), section_path=[t for _, t in stack], page=page + 1))
-                paragraph.clear()
-
+        writer.new_page(page_index)
         for line in lines:
             if is_heading(line):
-                flush()
-                level = level_of[line["size"]]
-                if stack and stack[-1][0] == level and stack[-1][1] and current_block == line["block"]:
-                    # A heading wrapped over two lines.
-                    stack[-1] = (level, stack[-1][1] + " " + line["text"])
-                else:
-                    while stack and stack[-1][0] >= level:
-                        stack.pop()
-                    stack.append((level, line["text"]))
-                current_block = line["block"]
-                continue
-            if current_block is not None and line["block"] != current_block:
-                flush()
-            current_block = line["block"]
-            paragraph.append(line["text"])
-        flush()
-    return blocks
+                writer.heading(level_of[line["size"]], line["text"], block=line["block"])
+            else:
+                writer.line(line)
+    writer.flush()
+    return writer.blocks
