@@ -92,7 +92,13 @@ class OpenAIEmbedder(Embedder):
         vectors: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
             response = self.client.embeddings.create(model=self.model, input=texts[start : start + self.batch_size])
-            vectors.extend(item.embedding for item in sorted(response.data, key=lambda d: d.index))
+            batch = [item.embedding for item in sorted(response.data, key=lambda d: d.index)]
+            if batch and batch[0] and isinstance(batch[0][0], list):
+                raise ConfigurationError(
+                    f"{self.client.base_url} returned one vector per token, not per input; enable pooling on "
+                    "the embedding server (e.g. llama.cpp --pooling mean)"
+                )
+            vectors.extend(batch)
         if vectors:
             self.dimension = len(vectors[0])
         return vectors
