@@ -8,6 +8,7 @@ import time
 import dagster as dg
 
 from .errors import ContextualError, DocumentError
+from .headers.openai_source import OpenAIHeaderSource
 from .index_version import index_fingerprint, index_version_of
 from .models import DocumentRecord, HeaderedDocument, ParsedDocument
 from .pipeline import attach_headers, embed_chunks, parse_document
@@ -83,7 +84,7 @@ def parsed_chunks(
     partitions_def=documents_partitions,
     group_name=INGEST_GROUP,
     kinds={"openai", "python"},
-    description="A one- or two-sentence situating header for every chunk (LLM, structural or none).",
+    description="A one- or two-sentence situating header for every chunk (LLM fleet, structural or none).",
 )
 def chunk_headers(
     context: dg.AssetExecutionContext,
@@ -91,41 +92,32 @@ def chunk_headers(
     headers: HeaderSourceResource,
     parsing: ParsingResource,
     embedder: EmbedderResource,
+    store: ChunkStoreResource,
 ) -> dg.Output[HeaderedDocument]:
     started = time.monotonic()
     try:
         resolved, warning = headers.resolved_source()
         if warning:
             context.log.warning(warning)
-        source = headers.build(parsing.counter())
+        source = headers.build(parsing.counter(), store=store.open())
         headered, results = attach_headers(parsed_chunks, source, parsing.counter(), headers.context_tokens)
     except ContextualError as exc:
         raise dg.Failure(description=f"headers for {parsed_chunks.source_path}: {exc}") from None
     fingerprint = index_fingerprint(source.identity, embedder.identity(), parsing.chunk_tokens)
     version = index_version_of(fingerprint)
-    latencies = [r.latency_s for r in results if r.latency_s]
-    per_endpoint: dict[str, int] = {}
-    for result in results:
-        if result.endpoint:
-            per_endpoint[result.endpoint] = per_endpoint.get(result.endpoint, 0) + 1
     header_lengths = [len(h.header.split()) for h in headered if h.header]
-    metadata = {
+    metadata: dict = {
         "header_source": resolved,
         "header_model": source.identity["header_model"],
         "prompt_version": source.identity["prompt_version"],
         "source_warning": warning or "none",
         "chunks": len(headered),
-        "requests": sum(r.attempts for r in results if r.source == "openai"),
-        "retries": sum(r.attempts - 1 for r in results),
-        "prompt_tokens": sum(r.prompt_tokens for r in results),
-        "completion_tokens": sum(r.completion_tokens for r in results),
-        "latency_p50_s": round(_percentile(latencies, 0.5), 4),
-        "latency_p95_s": round(_percentile(latencies, 0.95), 4),
-        "per_endpoint": dg.MetadataValue.json(per_endpoint),
         "mean_header_words": round(statistics.mean(header_lengths), 1) if header_lengths else 0.0,
         "index_version": version,
         "headers_s": round(time.monotonic() - started, 3),
     }
+    if isinstance(source, OpenAIHeaderSource):
+        metadata.update(fleet_metadata(source))
     if headered and headered[0].header:
         metadata["example_header"] = headered[0].header
     return dg.Output(
@@ -136,6 +128,30 @@ def chunk_headers(
         ),
         metadata=metadata,
     )
+
+
+def fleet_metadata(source: OpenAIHeaderSource) -> dict:
+    stats = source.last_stats
+    sent = sum(stats.per_replica.values())
+    return {
+        "served_model": source.model,
+        "model_revision": source.revision or "unpinned",
+        "requests": stats.requests,
+        "batch_requests": stats.batch_requests,
+        "batch_fallbacks": stats.batch_fallbacks,
+        "cache_hits": stats.cache_hits,
+        "retries": stats.retries,
+        "failovers": stats.failovers,
+        "prompt_tokens": stats.prompt_tokens,
+        "completion_tokens": stats.completion_tokens,
+        "trimmed_contexts": stats.trimmed_contexts,
+        "latency_p50_s": round(_percentile(stats.latencies, 0.5), 4),
+        "latency_p95_s": round(_percentile(stats.latencies, 0.95), 4),
+        "replica_share": dg.MetadataValue.json(
+            {url: round(n / sent, 4) for url, n in sorted(stats.per_replica.items())} if sent else {}
+        ),
+        "context_limit": source.fleet.context_limit or 0,
+    }
 
 
 @dg.asset(

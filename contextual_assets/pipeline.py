@@ -48,8 +48,9 @@ def header_requests(doc: ParsedDocument, counter: TokenCounter, context_tokens: 
                 grown = True
             if not grown:
                 break
-        context = "\n\n".join(doc.chunks[i].text for i in members[left : right + 1])
-        requests.append(HeaderRequest(chunk=chunk, context=context))
+        before = [doc.chunks[i].text for i in reversed(members[left:position])]
+        after = [doc.chunks[i].text for i in members[position + 1 : right + 1]]
+        requests.append(HeaderRequest(chunk=chunk, before=before, after=after))
     return requests
 
 

@@ -11,6 +11,8 @@ from pydantic import PrivateAttr
 from .embedding import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder, sentence_transformer_name
 from .errors import ConfigurationError
 from .headers.base import HeaderSource
+from .fleet.config import FleetConfig
+from .fleet.pool import get_fleet
 from .headers.openai_source import OpenAIHeaderSource
 from .headers.prompt import DEFAULT_PROMPT, load_prompt
 from .headers.structural import NoHeaderSource, StructuralHeaderSource
@@ -62,14 +64,21 @@ class HeaderSourceResource(dg.ConfigurableResource):
 
     source: str = "auto"
     base_urls: str = ""
+    fleet_file: str = ""  # YAML with per-replica caps, weights and key variables
     model: str = ""
+    revision: str = ""
+    allow_mixed_models: bool = False
+    context_limit: int = 0  # 0: max_model_len from /v1/models
     api_key_env: str = "CTX_LLM_API_KEY"  # the *name* of the variable; the key itself is never in config
     prompt: str = DEFAULT_PROMPT
+    batch_prompt: str = "header_batch_v1"
+    batch_size: int = 1
     max_in_flight: int = 16
     max_output_tokens: int = 80
     max_header_tokens: int = 64
     context_tokens: int = 1000
     timeout_s: float = 60.0
+    max_attempts: int = 4
 
     def resolved_source(self) -> tuple[str, str | None]:
         """(source, warning): the source that will run and why, when `auto` had to choose."""
@@ -86,18 +95,32 @@ class HeaderSourceResource(dg.ConfigurableResource):
         return source, None
 
     def endpoints(self) -> list[str]:
+        if self.fleet_file:
+            return [r.base_url for r in self.fleet_config().replicas]
         return [u.strip() for u in self.base_urls.split(",") if u.strip()]
 
-    def build(self, counter: TokenCounter) -> HeaderSource:
+    def fleet_config(self) -> FleetConfig:
+        return FleetConfig.load(
+            base_urls=self.base_urls, fleet_file=self.fleet_file, model=self.model or None, revision=self.revision,
+            allow_mixed_models=self.allow_mixed_models or None, context_limit=self.context_limit or None,
+            api_key_env=self.api_key_env, max_in_flight=self.max_in_flight,
+            request_timeout_s=self.timeout_s, max_attempts=self.max_attempts, batch_size=self.batch_size,
+            max_output_tokens=self.max_output_tokens,
+        )
+
+    def build(self, counter: TokenCounter, store: ChunkStore | None = None) -> HeaderSource:
+        """The configured source; for `openai`, a client of the process-wide fleet pool, with the
+        header cache in `store` when given."""
         source, _ = self.resolved_source()
         if source == "structural":
             return StructuralHeaderSource()
         if source == "none":
             return NoHeaderSource()
+        config = self.fleet_config()
         return OpenAIHeaderSource(
-            self.endpoints(), load_prompt(self.prompt), counter, model=self.model or None,
-            api_key=os.environ.get(self.api_key_env) or None, max_output_tokens=self.max_output_tokens,
-            max_header_tokens=self.max_header_tokens, max_in_flight=self.max_in_flight, timeout_s=self.timeout_s,
+            get_fleet(config), load_prompt(self.prompt), counter, store=store, max_output_tokens=self.max_output_tokens,
+            max_header_tokens=self.max_header_tokens, batch_size=self.batch_size,
+            batch_prompt=load_prompt(self.batch_prompt) if self.batch_size > 1 else None, revision=self.revision,
         )
 
 

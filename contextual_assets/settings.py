@@ -20,7 +20,12 @@ class PlatformSettings(BaseModel):
     duckdb_path: str = ""
     header_source: str = "auto"  # auto | openai | structural | none
     llm_base_urls: str = ""
+    llm_fleet_file: str = ""
     llm_model: str = ""
+    llm_revision: str = ""
+    llm_allow_mixed_models: bool = False
+    llm_context_limit: int = 0
+    llm_batch_size: int = 1
     llm_api_key_env: str = "CTX_LLM_API_KEY"
     llm_max_in_flight: int = 16
     embed_base_url: str = ""
@@ -41,7 +46,12 @@ class PlatformSettings(BaseModel):
             duckdb_path=_env("CTX_DUCKDB_PATH") or str(Path(home) / "index.duckdb"),
             header_source=_env("CTX_HEADER_SOURCE", "auto").lower(),
             llm_base_urls=_env("CTX_LLM_BASE_URLS") or _env("CTX_LLM_BASE_URL"),
+            llm_fleet_file=_env("CTX_LLM_FLEET_FILE"),
             llm_model=_env("CTX_LLM_MODEL"),
+            llm_revision=_env("CTX_LLM_REVISION"),
+            llm_allow_mixed_models=_env("CTX_LLM_ALLOW_MIXED_MODELS", "0").lower() in {"1", "true", "yes"},
+            llm_context_limit=int(_env("CTX_LLM_CONTEXT_LIMIT", "0")),
+            llm_batch_size=int(_env("CTX_LLM_BATCH_SIZE", "1")),
             llm_api_key_env=_env("CTX_LLM_API_KEY_ENV", "CTX_LLM_API_KEY"),
             llm_max_in_flight=int(_env("CTX_LLM_MAX_IN_FLIGHT", "16")),
             embed_base_url=_env("CTX_EMBED_BASE_URL"),

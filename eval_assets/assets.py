@@ -19,7 +19,7 @@ class RetrievalEvalConfig(dg.Config):
 
 
 def current_index_version(headers: HeaderSourceResource, embedder: EmbedderResource, parsing: ParsingResource) -> str:
-    source = headers.build(parsing.counter())
+    source = headers.build(parsing.counter())  # resolves the served model (discovery is cached)
     return index_version_of(index_fingerprint(source.identity, embedder.identity(), parsing.chunk_tokens))
 
 

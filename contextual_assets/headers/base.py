@@ -8,8 +8,17 @@ from ..models import Chunk
 
 
 class HeaderRequest(BaseModel):
+    """A chunk and its surroundings in the same section (or document), nearest first on each side,
+    already limited to the context budget; the fleet trims further to fit the model's context."""
+
     chunk: Chunk
-    context: str  # the chunk's section (or the document), already trimmed to the prompt budget
+    before: list[str] = []
+    after: list[str] = []
+
+    def context(self, n_before: int | None = None, n_after: int | None = None) -> str:
+        before = self.before[: len(self.before) if n_before is None else n_before]
+        after = self.after[: len(self.after) if n_after is None else n_after]
+        return "\n\n".join([*reversed(before), self.chunk.text, *after])
 
 
 class HeaderResult(BaseModel):
@@ -21,6 +30,8 @@ class HeaderResult(BaseModel):
     latency_s: float = 0.0
     attempts: int = 1
     endpoint: str = ""
+    cached: bool = False
+    failovers: int = 0
 
 
 class HeaderSource(ABC):

@@ -1,84 +1,61 @@
-"""Headers from one or more OpenAI-compatible endpoints (vLLM replicas, a router, a cloud API).
-
-Requests share one async pool, go to the endpoint with the fewest requests in flight, are capped
-per endpoint, retried with jittered backoff on another endpoint, and validated before use.
-"""
+"""Headers from the header fleet (OpenAI-compatible replicas), with a header cache in the store,
+request budgets, validation, and optional structured batching (K chunks per request, as JSON)."""
 
 from __future__ import annotations
 
-import asyncio
-import random
+import concurrent.futures
+import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
-import httpx
+from pydantic import BaseModel, ValidationError
 
-from ..errors import ConfigurationError, HeaderGenerationError
+from ..errors import HeaderGenerationError
+from ..fleet.pool import FleetRequest, FleetResult, HeaderFleet
 from ..tokens import TokenCounter
 from .base import HeaderRequest, HeaderResult, HeaderSource
+from .budget import FittedPrompt, estimate_tokens, fit_prompt
+from .cache import header_cache_key
 from .prompt import PromptTemplate
-from .validation import HeaderValidationError, validate_header
+from .validation import validate_header
 
-_EMBEDDING_HINTS = ("embed", "bge-", "e5-", "gte-", "minilm", "rerank")
+CACHE_FLUSH_EVERY = 16
 
 
-@dataclass
-class EndpointState:
-    base_url: str
-    in_flight: int = 0
-    requests: int = 0
-    failures: int = 0
-    semaphore: asyncio.Semaphore | None = None
+class _BatchItem(BaseModel):
+    id: str
+    header: str
+
+
+class _BatchAnswer(BaseModel):
+    headers: list[_BatchItem]
 
 
 @dataclass
 class HeaderRunStats:
+    chunks: int = 0
     requests: int = 0
+    batch_requests: int = 0
+    batch_fallbacks: int = 0
+    cache_hits: int = 0
     retries: int = 0
     failovers: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    invalid: int = 0
+    trimmed_contexts: int = 0
     latencies: list[float] = field(default_factory=list)
-    per_endpoint: dict[str, int] = field(default_factory=dict)
+    per_replica: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
 
-
-def _normalise_base_url(url: str) -> str:
-    url = url.strip().rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
-
-
-def list_served_models(base_url: str, api_key: str | None, timeout: float = 10.0) -> list[dict]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    response = httpx.get(f"{_normalise_base_url(base_url)}/models", headers=headers, timeout=timeout)
-    response.raise_for_status()
-    return list(response.json().get("data", []))
-
-
-def discover_model(base_urls: list[str], api_key: str | None) -> str:
-    """The one chat model every endpoint serves; a clear error listing what each answered otherwise."""
-    answers: dict[str, str] = {}
-    found: dict[str, list[str]] = {}
-    for url in base_urls:
-        try:
-            models = list_served_models(url, api_key)
-        except Exception as exc:  # network errors, HTTP errors, bad JSON
-            answers[url] = f"unreachable or invalid answer ({type(exc).__name__}: {str(exc)[:120]})"
-            continue
-        ids = [str(m.get("id", "")) for m in models]
-        usable = [i for i in ids if i and not any(h in i.lower() for h in _EMBEDDING_HINTS)]
-        answers[url] = f"models {ids}" if ids else "no models"
-        if usable:
-            found[url] = usable
-    names = {ids[0] for ids in found.values()}
-    if len(found) != len(base_urls) or not names:
-        detail = "; ".join(f"{u}: {a}" for u, a in answers.items())
-        raise ConfigurationError(
-            f"could not discover a header model on every endpoint ({detail}); pin one with CTX_LLM_MODEL"
-        )
-    if len(names) > 1:
-        raise ConfigurationError(f"endpoints serve different models {sorted(names)}; pin one with CTX_LLM_MODEL")
-    return names.pop()
+    def add(self, result: FleetResult) -> None:
+        self.requests += result.attempts
+        self.retries += result.attempts - 1
+        self.failovers += result.failovers
+        self.prompt_tokens += result.prompt_tokens
+        self.completion_tokens += result.completion_tokens
+        self.latencies.append(result.latency_s)
+        self.per_replica[result.replica] = self.per_replica.get(result.replica, 0) + 1
 
 
 class OpenAIHeaderSource(HeaderSource):
@@ -86,108 +63,169 @@ class OpenAIHeaderSource(HeaderSource):
 
     def __init__(
         self,
-        base_urls: list[str],
+        fleet: HeaderFleet,
         prompt: PromptTemplate,
         counter: TokenCounter,
         *,
-        model: str | None = None,
-        api_key: str | None = None,
+        store: Any = None,  # a ChunkStore, for the header cache; None disables caching
         max_output_tokens: int = 80,
         max_header_tokens: int = 64,
-        max_in_flight: int = 16,
-        timeout_s: float = 60.0,
-        max_attempts: int = 4,
+        batch_size: int = 1,
+        batch_prompt: PromptTemplate | None = None,
+        revision: str = "",
+        token_safety: float = 1.2,
     ):
-        if not base_urls:
-            raise ConfigurationError("the openai header source needs at least one endpoint (CTX_LLM_BASE_URLS)")
-        self.base_urls = [_normalise_base_url(u) for u in base_urls]
+        if batch_size > 1 and batch_prompt is None:
+            raise HeaderGenerationError("structured batching needs a batch prompt template")
+        self.fleet = fleet
         self.prompt = prompt
+        self.batch_prompt = batch_prompt
         self.counter = counter
-        self._api_key = api_key
-        self.model = model or discover_model(self.base_urls, api_key)
+        self.store = store
         self.max_output_tokens = max_output_tokens
         self.max_header_tokens = max_header_tokens
-        self.max_in_flight = max_in_flight
-        self.timeout_s = timeout_s
-        self.max_attempts = max_attempts
+        self.batch_size = batch_size
+        self.revision = revision
+        self.token_safety = token_safety
         self.last_stats = HeaderRunStats()
 
     @property
+    def model(self) -> str:
+        return self.fleet.model
+
+    @property
+    def prompt_version(self) -> str:
+        if self.batch_size > 1 and self.batch_prompt is not None:
+            return f"{self.prompt.version}+{self.batch_prompt.version}/k{self.batch_size}"
+        return self.prompt.version
+
+    @property
     def identity(self) -> dict[str, str]:
-        return {"header_source": "openai", "header_model": self.model, "prompt_version": self.prompt.version}
+        model = f"{self.model}@{self.revision}" if self.revision else self.model
+        return {"header_source": "openai", "header_model": model, "prompt_version": self.prompt_version}
+
+    def _validator(self, chunk_text: str):
+        def validate(raw: str) -> str:
+            return validate_header(raw, chunk_text, max_tokens=self.max_header_tokens, count_tokens=self.counter.count,
+                                   salvage=True)
+
+        return validate
+
+    def _single(self, request: HeaderRequest, fitted: FittedPrompt) -> FleetRequest:
+        chunk = request.chunk
+        return FleetRequest(messages=fitted.messages, est_prompt_tokens=fitted.est_prompt_tokens,
+                            max_tokens=self.max_output_tokens, label=f"chunk {chunk.ordinal} of {chunk.doc_id}",
+                            validate=self._validator(chunk.text))
+
+    def _batch(self, group: list[tuple[int, HeaderRequest]]) -> FleetRequest | None:
+        assert self.batch_prompt is not None
+        first, last = group[0][1], group[-1][1]
+        context = "\n\n".join([*reversed(first.before), *(r.chunk.text for _, r in group), *last.after])
+        chunks = "\n".join(f'<chunk id="{i}">\n{r.chunk.text}\n</chunk>' for i, r in group)
+        messages = self.batch_prompt.render(title=first.chunk.title, section_path=" > ".join(first.chunk.section_path),
+                                            context=context, chunks=chunks)
+        texts = {str(i): r.chunk.text for i, r in group}
+
+        def validate(raw: str) -> dict[int, str]:
+            text = raw.strip()
+            if text.startswith("```"):
+                text = text.strip("`").removeprefix("json").strip()
+            try:
+                answer = _BatchAnswer.model_validate(json.loads(text))
+            except (json.JSONDecodeError, ValidationError) as exc:
+                raise HeaderGenerationError(f"batch answer is not the expected JSON ({str(exc)[:80]})") from None
+            got = {item.id: item.header for item in answer.headers}
+            if set(got) != set(texts):
+                raise HeaderGenerationError(f"batch answer has ids {sorted(got)}, expected {sorted(texts)}")
+            return {int(i): self._validator(texts[i])(h) for i, h in got.items()}
+
+        max_tokens = self.max_output_tokens * len(group)
+        estimate = estimate_tokens(messages, self.counter, self.token_safety)
+        limit = self.fleet.context_limit
+        if limit is not None and estimate + max_tokens > limit:
+            return None  # does not fit as a batch: the caller sends these chunks one by one
+        return FleetRequest(messages=messages, est_prompt_tokens=estimate,
+                            max_tokens=max_tokens, label=f"chunks {group[0][0]}-{group[-1][0]} of {first.chunk.doc_id}",
+                            validate=validate, extra_body={"response_format": {"type": "json_object"}})
+
+    def _groups(self, pending: list[int], requests: list[HeaderRequest]) -> list[list[tuple[int, HeaderRequest]]]:
+        groups: list[list[tuple[int, HeaderRequest]]] = []
+        for index in pending:
+            chunk = requests[index].chunk
+            if (groups and len(groups[-1]) < self.batch_size and groups[-1][-1][0] == index - 1
+                    and groups[-1][-1][1].chunk.section_path == chunk.section_path):
+                groups[-1].append((index, requests[index]))
+            else:
+                groups.append([(index, requests[index])])
+        return groups
 
     def generate(self, requests: list[HeaderRequest]) -> list[HeaderResult]:
-        return asyncio.run(self._generate(requests))
-
-    async def _generate(self, requests: list[HeaderRequest]) -> list[HeaderResult]:
-        from openai import AsyncOpenAI
-
-        stats = HeaderRunStats()
+        started = time.monotonic()
+        stats = HeaderRunStats(chunks=len(requests))
         self.last_stats = stats
-        endpoints = [EndpointState(u, semaphore=asyncio.Semaphore(self.max_in_flight)) for u in self.base_urls]
-        clients = {
-            e.base_url: AsyncOpenAI(base_url=e.base_url, api_key=self._api_key or "not-needed", max_retries=0,
-                                    timeout=self.timeout_s)
-            for e in endpoints
-        }
-        try:
-            return list(await asyncio.gather(*(self._one(r, endpoints, clients, stats) for r in requests)))
-        finally:
-            for client in clients.values():
-                await client.close()
+        limit = self.fleet.context_limit
+        fitted = [fit_prompt(r, self.prompt, self.counter, context_limit=limit, max_output_tokens=self.max_output_tokens,
+                             safety=self.token_safety) for r in requests]
+        stats.trimmed_contexts = sum(1 for f in fitted if f.trimmed_parts)
+        keys = [header_cache_key(self.model, self.revision, self.prompt_version, f.context, r.chunk.content_hash)
+                for r, f in zip(requests, fitted)]
+        cached = self.store.cached_headers(keys) if self.store is not None else {}
+        results: list[HeaderResult | None] = [None] * len(requests)
+        for index, key in enumerate(keys):
+            if key in cached:
+                results[index] = HeaderResult(header=cached[key], source="openai", model=self.model, cached=True)
+        stats.cache_hits = sum(1 for r in results if r is not None)
+        pending = [i for i, r in enumerate(results) if r is None]
 
-    async def _one(self, request: HeaderRequest, endpoints, clients, stats: HeaderRunStats) -> HeaderResult:
-        chunk = request.chunk
-        messages = self.prompt.render(
-            title=chunk.title, section_path=" > ".join(chunk.section_path), context=request.context, chunk=chunk.text
-        )
+        futures: dict[concurrent.futures.Future, list[int]] = {}
+        if self.batch_size > 1:
+            for group in self._groups(pending, requests):
+                batch = self._batch(group) if len(group) > 1 else None
+                if batch is None:
+                    for index, request in group:
+                        futures[self.fleet.submit(self._single(request, fitted[index]))] = [index]
+                else:
+                    stats.batch_requests += 1
+                    futures[self.fleet.submit(batch)] = [i for i, _ in group]
+        else:
+            for index in pending:
+                futures[self.fleet.submit(self._single(requests[index], fitted[index]))] = [index]
+
         errors: list[str] = []
-        tried: set[str] = set()
-        for attempt in range(1, self.max_attempts + 1):
-            # Least in-flight first; prefer an endpoint not yet tried for this chunk (failover).
-            endpoint = min(endpoints, key=lambda e: (e.base_url in tried, e.in_flight, e.failures, random.random()))
-            if tried and endpoint.base_url not in tried:
-                stats.failovers += 1
-            tried.add(endpoint.base_url)
-            assert endpoint.semaphore is not None
-            async with endpoint.semaphore:
-                endpoint.in_flight += 1
-                started = time.monotonic()
+        to_cache: list[tuple[str, str, str]] = []
+        waiting = set(futures)
+        while waiting:
+            done, waiting = concurrent.futures.wait(waiting, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                indices = futures[future]
                 try:
-                    response = await clients[endpoint.base_url].chat.completions.create(
-                        model=self.model, messages=messages, max_tokens=self.max_output_tokens,
-                        temperature=0.0 if attempt == 1 else 0.7,
+                    result: FleetResult = future.result()
+                except HeaderGenerationError as exc:
+                    if len(indices) > 1:  # batch failed: fall back to one chunk per request
+                        stats.batch_fallbacks += 1
+                        for index in indices:
+                            single = self.fleet.submit(self._single(requests[index], fitted[index]))
+                            futures[single] = [index]
+                            waiting.add(single)
+                        continue
+                    errors.append(str(exc))
+                    continue
+                stats.add(result)
+                values = result.value if len(indices) > 1 else {indices[0]: result.value}
+                for index in indices:
+                    header = values[index]
+                    results[index] = HeaderResult(
+                        header=header, source="openai", model=result.model,
+                        prompt_tokens=result.prompt_tokens // len(indices),
+                        completion_tokens=result.completion_tokens // len(indices), latency_s=result.latency_s,
+                        attempts=result.attempts, endpoint=result.replica, failovers=result.failovers,
                     )
-                    stats.requests += 1
-                    endpoint.requests += 1
-                    stats.per_endpoint[endpoint.base_url] = stats.per_endpoint.get(endpoint.base_url, 0) + 1
-                    latency = time.monotonic() - started
-                    stats.latencies.append(latency)
-                    usage = response.usage
-                    if usage is not None:
-                        stats.prompt_tokens += usage.prompt_tokens or 0
-                        stats.completion_tokens += usage.completion_tokens or 0
-                    raw = response.choices[0].message.content or "" if response.choices else ""
-                    header = validate_header(raw, chunk.text, max_tokens=self.max_header_tokens,
-                                             count_tokens=self.counter.count, salvage=True)
-                    return HeaderResult(
-                        header=header, source="openai", model=self.model,
-                        prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
-                        completion_tokens=(usage.completion_tokens or 0) if usage else 0,
-                        latency_s=latency, attempts=attempt, endpoint=endpoint.base_url,
-                    )
-                except HeaderValidationError as exc:
-                    stats.invalid += 1
-                    errors.append(f"invalid header ({exc})")
-                except Exception as exc:  # transport, HTTP 5xx/4xx, timeouts
-                    endpoint.failures += 1
-                    errors.append(f"{endpoint.base_url}: {type(exc).__name__}: {str(exc)[:160]}")
-                finally:
-                    endpoint.in_flight -= 1
-            if attempt < self.max_attempts:
-                stats.retries += 1
-                await asyncio.sleep(min(4.0, 0.1 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
-        raise HeaderGenerationError(
-            f"no valid header for chunk {chunk.ordinal} of {chunk.doc_id} after {self.max_attempts} attempts: "
-            + " | ".join(errors[-3:])
-        )
+                    to_cache.append((keys[index], header, result.model))
+            # Cache as results arrive: a crash mid-document re-spends no call on finished chunks.
+            if self.store is not None and (len(to_cache) >= CACHE_FLUSH_EVERY or not waiting):
+                self.store.cache_headers(to_cache)
+                to_cache = []
+        stats.wall_s = time.monotonic() - started
+        if errors:
+            raise HeaderGenerationError(f"{len(errors)} of {len(requests)} chunks got no valid header; first: {errors[0]}")
+        return [r for r in results if r is not None]

@@ -18,13 +18,14 @@ class PromptTemplate:
     system: str
     user: str
 
-    def render(self, *, title: str, section_path: str, context: str, chunk: str) -> list[dict[str, str]]:
+    def render(self, *, title: str, section_path: str, context: str, **values: str) -> list[dict[str, str]]:
         values = {"title": title.replace('"', "'"), "section_path": section_path or "(none)",
-                  "context": context, "chunk": chunk}
-        # str.replace, not str.format: document text may hold braces.
-        user = self.user
-        for key, value in values.items():
-            user = user.replace("{" + key + "}", value)
+                  "context": context, **values}
+        # One pass over the template, not str.format and not chained replaces: document text may
+        # hold braces or text that looks like a placeholder.
+        import re
+
+        user = re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), self.user)
         return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
 
 

@@ -211,6 +211,32 @@ class ChunkStore(ABC):
     def _sql(self, sql: str) -> str:
         return sql
 
+    # ---- header cache ----------------------------------------------------------------------
+    def cached_headers(self, keys: Sequence[str]) -> dict[str, str]:
+        """Headers already generated for these cache keys (see headers.cache for the key)."""
+        found: dict[str, str] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), 500):
+            batch = unique[start : start + 500]
+            placeholders = ", ".join("?" for _ in batch)
+            rows = self._query(f"SELECT cache_key, header FROM ctx_header_cache WHERE cache_key IN ({placeholders})",
+                               batch)
+            found.update({r[0]: r[1] for r in rows})
+        return found
+
+    def cache_headers(self, items: Sequence[tuple[str, str, str]]) -> None:
+        """Store (cache_key, header, model) rows; the latest write of a key wins."""
+        if not items:
+            return
+        with self._transaction() as cur:
+            for key, header, model in dict((i[0], i) for i in items).values():
+                self._exec(cur, "DELETE FROM ctx_header_cache WHERE cache_key = ?", (key,))
+                self._exec(cur, "INSERT INTO ctx_header_cache (cache_key, header, model, created_at) VALUES (?, ?, ?, ?)",
+                           (key, header, model, utc_now()))
+
+    def header_cache_size(self) -> int:
+        return int(self._query("SELECT count(*) FROM ctx_header_cache")[0][0])
+
     # ---- search ----------------------------------------------------------------------------
     def _hit(self, chunk: HeaderedChunk, score: float, index_version: str) -> SearchHit:
         return SearchHit(

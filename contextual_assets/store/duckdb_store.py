@@ -127,3 +127,4 @@ class DuckDBChunkStore(ChunkStore):
     register_index_version = _retry_on_lock(ChunkStore.register_index_version)
     replace_document = _retry_on_lock(ChunkStore.replace_document)
     purge_document = _retry_on_lock(ChunkStore.purge_document)
+    cache_headers = _retry_on_lock(ChunkStore.cache_headers)

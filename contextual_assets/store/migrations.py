@@ -20,12 +20,16 @@ _CHUNKS = """CREATE TABLE IF NOT EXISTS ctx_chunks (
         header_source TEXT, header_model TEXT, {embedding}, embedding_dim INTEGER,
         PRIMARY KEY (index_version, doc_id, ordinal))"""
 
+_HEADER_CACHE = """CREATE TABLE IF NOT EXISTS ctx_header_cache (
+        cache_key TEXT PRIMARY KEY, header TEXT NOT NULL, model TEXT NOT NULL, created_at TEXT NOT NULL)"""
+
 MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
     "duckdb": [
         (1, _COMMON_V1 + [
             _CHUNKS.format(embedding="embedding FLOAT[]"),
             "CREATE INDEX IF NOT EXISTS ctx_chunks_doc ON ctx_chunks (doc_id)",
         ]),
+        (2, [_HEADER_CACHE]),
     ],
     "postgres": [
         (1, ["CREATE EXTENSION IF NOT EXISTS vector"] + _COMMON_V1 + [
@@ -33,6 +37,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
             "CREATE INDEX IF NOT EXISTS ctx_chunks_doc ON ctx_chunks (doc_id)",
             "CREATE INDEX IF NOT EXISTS ctx_chunks_version ON ctx_chunks (index_version, embedding_dim)",
         ]),
+        (2, [_HEADER_CACHE]),
     ],
 }
 

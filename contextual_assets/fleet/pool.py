@@ -1,0 +1,339 @@
+"""`HeaderFleet`: one async request pool per process, shared by every document in flight.
+
+The pool runs on its own event-loop thread. Any thread (a Dagster step, a CLI worker) submits
+requests and gets `concurrent.futures.Future`s back, so documents ingested concurrently share the
+replicas' in-flight caps instead of each bringing its own.
+
+Routing: the replica with the least outstanding work (estimated tokens, divided by weight) among
+those under their in-flight cap and with a closed (or probing) circuit breaker. Failures retry with
+jittered exponential backoff (tenacity) on a replica not yet tried for that request, within a
+fleet-wide retry budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from ..errors import HeaderGenerationError
+from .breaker import CircuitBreaker
+from .config import FleetConfig, ReplicaConfig
+from .discovery import DEFAULT_DISCOVERY, ModelDiscovery, ResolvedModel
+
+
+class RetryableFleetError(HeaderGenerationError):
+    """A failed attempt worth retrying (elsewhere)."""
+
+
+class InvalidAnswerError(RetryableFleetError):
+    """The replica answered, but the answer failed validation."""
+
+
+class FleetUnavailableError(HeaderGenerationError):
+    """No replica could take the request within the configured time."""
+
+
+class RequestTooLargeError(HeaderGenerationError):
+    """The replica refused the request as over its context length: retrying cannot help."""
+
+
+@dataclass
+class FleetRequest:
+    messages: list[dict[str, str]]
+    est_prompt_tokens: int
+    max_tokens: int
+    label: str  # e.g. "<doc>#<ordinal>", for error messages
+    validate: Callable[[str], Any] | None = None  # raises to reject an answer (retried)
+    extra_body: dict[str, Any] | None = None
+
+
+@dataclass
+class FleetResult:
+    value: Any
+    raw: str
+    replica: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    attempts: int
+    failovers: int
+
+
+@dataclass
+class ReplicaState:
+    config: ReplicaConfig
+    model: str
+    breaker: CircuitBreaker
+    client: Any = None
+    in_flight: int = 0
+    outstanding_tokens: int = 0
+    completed: int = 0
+    failures: int = 0
+    last_error: str = ""
+
+    @property
+    def url(self) -> str:
+        return self.config.base_url
+
+
+@dataclass
+class FleetCounters:
+    sent: int = 0
+    retries: int = 0
+    failovers: int = 0
+    invalid: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+class HeaderFleet:
+    def __init__(self, config: FleetConfig, discovery: ModelDiscovery | None = None):
+        self.config = config
+        self.discovery = discovery or DEFAULT_DISCOVERY
+        endpoints = {r.base_url: config.api_key_for(r) for r in config.replicas}
+        self.resolved: ResolvedModel = self.discovery.resolve(
+            endpoints, pin=config.model, allow_mixed=config.allow_mixed_models, context_limit=config.context_limit
+        )
+        self.counters = FleetCounters()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="header-fleet", daemon=True)
+        self._thread.start()
+        self._closed = False
+        self.replicas: list[ReplicaState] = self._call(self._setup())
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def _call(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _setup(self) -> list[ReplicaState]:
+        from openai import AsyncOpenAI
+
+        self._cond = asyncio.Condition()
+        states = []
+        for replica in self.config.replicas:
+            served = self.resolved.per_endpoint.get(replica.base_url)
+            state = ReplicaState(
+                config=replica, model=served.id if served else self.resolved.name,
+                breaker=CircuitBreaker(self.config.breaker_failures, self.config.breaker_cooldown_s),
+            )
+            state.client = AsyncOpenAI(
+                base_url=replica.base_url, api_key=self.config.api_key_for(replica) or "not-needed", max_retries=0,
+                timeout=httpx.Timeout(self.config.request_timeout_s, connect=self.config.connect_timeout_s),
+                http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=replica.max_in_flight + 4)),
+            )
+            states.append(state)
+        return states
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        async def shutdown() -> None:
+            for state in self.replicas:
+                await state.client.close()
+
+        try:
+            self._call(shutdown())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+
+    # ---- public API --------------------------------------------------------------------------
+    @property
+    def model(self) -> str:
+        return self.resolved.name
+
+    @property
+    def context_limit(self) -> int | None:
+        return self.resolved.context_limit
+
+    def submit(self, request: FleetRequest) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(self._complete(request), self._loop)
+
+    def run(self, requests: list[FleetRequest]) -> list[FleetResult | BaseException]:
+        futures = [self.submit(r) for r in requests]
+        results: list[FleetResult | BaseException] = []
+        for future in futures:
+            try:
+                results.append(future.result())
+            except BaseException as exc:  # noqa: BLE001 - returned per request
+                results.append(exc)
+        return results
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [
+            {"replica": s.url, "model": s.model, "in_flight": s.in_flight, "completed": s.completed,
+             "failures": s.failures, "breaker": s.breaker.state, "last_error": s.last_error}
+            for s in self.replicas
+        ]
+
+    # ---- internals ---------------------------------------------------------------------------
+    def _retry_allowed(self) -> bool:
+        budget = max(self.config.retry_budget_min, int(self.config.retry_budget_ratio * self.counters.sent))
+        return self.counters.retries < budget
+
+    def _pick(self, tried: set[str]) -> ReplicaState | None:
+        available = [s for s in self.replicas if s.in_flight < s.config.max_in_flight and s.breaker.allow()]
+        if not available:
+            return None
+        fresh = [s for s in available if s.url not in tried]
+        pool = fresh or available
+        return min(pool, key=lambda s: ((s.outstanding_tokens + 1) / s.config.weight, s.in_flight, random.random()))
+
+    async def _acquire(self, request: FleetRequest, tried: set[str]) -> ReplicaState:
+        cost = request.est_prompt_tokens + request.max_tokens
+        unavailable_since: float | None = None
+        async with self._cond:
+            while True:
+                state = self._pick(tried)
+                if state is not None:
+                    state.in_flight += 1
+                    state.outstanding_tokens += cost
+                    state.breaker.on_dispatch()
+                    return state
+                if all(not s.breaker.allow() for s in self.replicas):
+                    now = time.monotonic()
+                    unavailable_since = unavailable_since or now
+                    if now - unavailable_since > self.config.unavailable_timeout_s:
+                        detail = "; ".join(f"{s.url}: {s.last_error or s.breaker.state}" for s in self.replicas)
+                        raise FleetUnavailableError(
+                            f"no replica available for {self.config.unavailable_timeout_s:.0f} s ({detail})"
+                        )
+                    wait = max(0.05, min(s.breaker.seconds_until_probe() for s in self.replicas))
+                else:
+                    unavailable_since = None
+                    wait = 1.0
+                try:
+                    await asyncio.wait_for(self._cond.wait(), timeout=wait)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def _release(self, state: ReplicaState, cost: int) -> None:
+        async with self._cond:
+            state.in_flight -= 1
+            state.outstanding_tokens -= cost
+            self._cond.notify_all()
+
+    async def _attempt(self, request: FleetRequest, tried: set[str], attempt: int) -> FleetResult:
+        state = await self._acquire(request, tried)
+        failover = bool(tried) and state.url not in tried
+        if failover:
+            self.counters.failovers += 1
+        tried.add(state.url)
+        cost = request.est_prompt_tokens + request.max_tokens
+        started = time.monotonic()
+        self.counters.sent += 1
+        try:
+            from openai import APIStatusError, BadRequestError
+
+            try:
+                response = await state.client.chat.completions.create(
+                    model=state.model, messages=request.messages, max_tokens=request.max_tokens,
+                    temperature=0.0 if attempt == 1 else 0.7, extra_body=request.extra_body,
+                )
+            except BadRequestError as exc:
+                message = str(exc)
+                if "context" in message.lower() or "too long" in message.lower() or "maximum" in message.lower():
+                    state.breaker.record_success()  # the replica is healthy; the request is not
+                    raise RequestTooLargeError(f"{request.label}: {state.url} refused the prompt: {message[:200]}")
+                raise
+            except APIStatusError as exc:
+                self._count_error(f"http_{exc.status_code}")
+                raise RetryableFleetError(f"{state.url}: HTTP {exc.status_code}: {str(exc)[:160]}") from None
+            state.breaker.record_success()
+            raw = (response.choices[0].message.content or "") if response.choices else ""
+            usage = response.usage
+            try:
+                value = request.validate(raw) if request.validate else raw
+            except Exception as exc:  # validation rejected the answer
+                self.counters.invalid += 1
+                raise InvalidAnswerError(f"invalid answer from {state.url} ({exc})") from None
+            state.completed += 1
+            return FleetResult(
+                value=value, raw=raw, replica=state.url, model=state.model,
+                prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
+                completion_tokens=(usage.completion_tokens or 0) if usage else 0,
+                latency_s=time.monotonic() - started, attempts=attempt, failovers=0,
+            )
+        except (RetryableFleetError, RequestTooLargeError):
+            raise
+        except Exception as exc:  # connection refused/reset, timeouts, protocol errors
+            state.failures += 1
+            state.last_error = f"{type(exc).__name__}: {str(exc)[:120]}"
+            state.breaker.record_failure()
+            self._count_error(type(exc).__name__)
+            raise RetryableFleetError(f"{state.url}: {state.last_error}") from None
+        finally:
+            await self._release(state, cost)
+
+    def _count_error(self, kind: str) -> None:
+        self.counters.errors[kind] = self.counters.errors.get(kind, 0) + 1
+
+    async def _complete(self, request: FleetRequest) -> FleetResult:
+        tried: set[str] = set()
+        errors: list[str] = []
+        attempt_no = 0
+
+        def before_sleep(retry_state) -> None:
+            if not self._retry_allowed():
+                raise HeaderGenerationError(
+                    f"{request.label}: fleet retry budget exhausted after {self.counters.retries} retries "
+                    f"(last errors: {' | '.join(errors[-3:])})"
+                )
+            self.counters.retries += 1
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.config.max_attempts),
+            wait=wait_random_exponential(multiplier=0.1, max=5.0),
+            retry=retry_if_exception_type(RetryableFleetError),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempt_no += 1
+                    try:
+                        result = await self._attempt(request, tried, attempt_no)
+                    except RetryableFleetError as exc:
+                        errors.append(str(exc))
+                        raise
+                    result.failovers = len(tried) - 1
+                    return result
+        except RetryableFleetError:
+            raise HeaderGenerationError(
+                f"{request.label}: no valid answer after {attempt_no} attempts: {' | '.join(errors[-3:])}"
+            ) from None
+        raise HeaderGenerationError(f"{request.label}: no answer")  # pragma: no cover - loop always returns
+
+
+# Process-wide pools, one per fleet configuration (explicit cache; `close_fleets()` empties it).
+_FLEETS: dict[str, HeaderFleet] = {}
+_FLEETS_LOCK = threading.Lock()
+
+
+def get_fleet(config: FleetConfig, discovery: ModelDiscovery | None = None) -> HeaderFleet:
+    key = config.model_dump_json()
+    with _FLEETS_LOCK:
+        fleet = _FLEETS.get(key)
+        if fleet is None:
+            fleet = HeaderFleet(config, discovery)
+            _FLEETS[key] = fleet
+        return fleet
+
+
+def close_fleets() -> None:
+    with _FLEETS_LOCK:
+        for fleet in _FLEETS.values():
+            fleet.close()
+        _FLEETS.clear()

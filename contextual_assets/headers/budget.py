@@ -1,0 +1,60 @@
+"""Request budgets: prompt tokens + max output tokens must fit the model's context length.
+
+The served model's tokenizer is not available to the client, so prompt size is estimated with the
+embedder's tokenizer times a safety factor; the server's own count (`usage.prompt_tokens`) is
+reported in the run metadata. The context around the chunk is trimmed, farthest part first, until
+the estimate fits; a chunk that cannot fit alone is a per-chunk error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import HeaderGenerationError
+from ..tokens import TokenCounter
+from .base import HeaderRequest
+from .prompt import PromptTemplate
+
+MESSAGE_OVERHEAD_TOKENS = 16  # chat template tokens per request (role markers, BOS/EOS)
+
+
+class ChunkTooLargeError(HeaderGenerationError):
+    pass
+
+
+@dataclass
+class FittedPrompt:
+    messages: list[dict[str, str]]
+    context: str
+    est_prompt_tokens: int
+    trimmed_parts: int
+
+
+def estimate_tokens(messages: list[dict[str, str]], counter: TokenCounter, safety: float) -> int:
+    words = sum(counter.count(m["content"]) for m in messages)
+    return int(words * safety) + MESSAGE_OVERHEAD_TOKENS
+
+
+def fit_prompt(request: HeaderRequest, prompt: PromptTemplate, counter: TokenCounter, *,
+               context_limit: int | None, max_output_tokens: int, safety: float = 1.2) -> FittedPrompt:
+    chunk = request.chunk
+    n_before, n_after = len(request.before), len(request.after)
+    trimmed = 0
+    while True:
+        context = request.context(n_before, n_after)
+        messages = prompt.render(title=chunk.title, section_path=" > ".join(chunk.section_path), context=context,
+                                 chunk=chunk.text)
+        estimate = estimate_tokens(messages, counter, safety)
+        if context_limit is None or estimate + max_output_tokens <= context_limit:
+            return FittedPrompt(messages=messages, context=context, est_prompt_tokens=estimate, trimmed_parts=trimmed)
+        if n_before == 0 and n_after == 0:
+            raise ChunkTooLargeError(
+                f"chunk {chunk.ordinal} of {chunk.doc_id} needs ~{estimate} prompt tokens + {max_output_tokens} output "
+                f"tokens, over the model's context length of {context_limit}; lower CTX_CHUNK_TOKENS"
+            )
+        # Drop the farthest remaining part on the longer side.
+        if n_before >= n_after and n_before > 0:
+            n_before -= 1
+        else:
+            n_after -= 1
+        trimmed += 1
