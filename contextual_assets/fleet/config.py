@@ -79,6 +79,10 @@ class FleetConfig(BaseModel):
                 raise ConfigurationError(f"fleet file {path} must hold a mapping with a 'replicas' list")
         elif base_urls:
             data = {"replicas": [{"base_url": u} for u in base_urls.split(",") if u.strip()]}
+        if not data.get("replicas"):
+            raise ConfigurationError(
+                "the header fleet needs at least one replica: set CTX_LLM_BASE_URLS or CTX_LLM_FLEET_FILE"
+            )
         for key, value in overrides.items():
             if value not in (None, ""):
                 data[key] = value

@@ -1,0 +1,125 @@
+"""Sampling replicas' Prometheus metrics (vLLM's `/metrics`) during a run into a per-second timeline."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens")
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def parse_vllm_metrics(text: str) -> dict[str, float]:
+    """Sum each wanted metric over its label sets (one replica may label by model name)."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name in COUNTERS or family.name in GAUGES:
+            total = sum(s.value for s in family.samples if s.name in (family.name, family.name + "_total"))
+            values[family.name] = values.get(family.name, 0.0) + total
+    return values
+
+
+def metrics_url(base_url: str) -> str:
+    root = base_url.rstrip("/")
+    return (root[: -len("/v1")] if root.endswith("/v1") else root) + "/metrics"
+
+
+@dataclass
+class MetricsTimeline:
+    """Samples per replica: (monotonic time, metric values)."""
+
+    started: float
+    samples: dict[str, list[tuple[float, dict[str, float]]]] = field(default_factory=dict)
+
+    def per_second(self) -> list[dict]:
+        """One row per second since start: prompt/generation token deltas summed over replicas, and
+        running/waiting requests at the end of the second."""
+        rows: dict[int, dict] = {}
+        for replica, samples in self.samples.items():
+            previous: dict[str, float] | None = None
+            for t, values in samples:
+                second = int(t - self.started)
+                row = rows.setdefault(second, {"t": second, "prompt_tokens": 0.0, "generation_tokens": 0.0,
+                                               "running": {}, "waiting": {}})
+                if previous is not None:
+                    row["prompt_tokens"] += values.get("vllm:prompt_tokens", 0) - previous.get("vllm:prompt_tokens", 0)
+                    row["generation_tokens"] += (values.get("vllm:generation_tokens", 0)
+                                                 - previous.get("vllm:generation_tokens", 0))
+                row["running"][replica] = values.get("vllm:num_requests_running", 0)
+                row["waiting"][replica] = values.get("vllm:num_requests_waiting", 0)
+                previous = values
+        out = []
+        for second in sorted(rows):
+            row = rows[second]
+            out.append({"t": row["t"], "prompt_tokens": row["prompt_tokens"],
+                        "generation_tokens": row["generation_tokens"],
+                        "running": sum(row["running"].values()), "waiting": sum(row["waiting"].values())})
+        return out
+
+    def idle_intervals(self, until: float | None = None) -> list[tuple[float, float]]:
+        """Sampling intervals in which no replica's prompt-token counter moved (fleet-wide idle)."""
+        points: dict[float, float] = {}
+        for samples in self.samples.values():
+            for t, values in samples:
+                points[round(t, 3)] = points.get(round(t, 3), 0.0)
+        merged = sorted(
+            (t, sum(_value_at(s, t, "vllm:prompt_tokens") for s in self.samples.values())) for t in points
+        )
+        idle = []
+        for (t0, v0), (t1, v1) in zip(merged, merged[1:]):
+            if until is not None and t1 > until:
+                break
+            if v1 <= v0:
+                idle.append((t0 - self.started, t1 - self.started))
+        return idle
+
+
+def _value_at(samples: list[tuple[float, dict[str, float]]], t: float, name: str) -> float:
+    value = 0.0
+    for ts, values in samples:
+        if ts > t:
+            break
+        value = values.get(name, value)
+    return value
+
+
+class MetricsSampler:
+    """Polls every replica's /metrics every `interval_s` in a background thread."""
+
+    def __init__(self, base_urls: list[str], interval_s: float = 0.1, timeout_s: float = 1.0):
+        self.urls = {u: metrics_url(u) for u in base_urls}
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.timeline = MetricsTimeline(started=time.monotonic())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="metrics-sampler", daemon=True)
+
+    def __enter__(self) -> "MetricsSampler":
+        self.timeline = MetricsTimeline(started=time.monotonic())
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> MetricsTimeline:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        return self.timeline
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=self.timeout_s) as client:
+            while not self._stop.is_set():
+                tick = time.monotonic()
+                for base, url in self.urls.items():
+                    try:
+                        values = parse_vllm_metrics(client.get(url).text)
+                    except Exception:  # a dead replica has no metrics; its timeline just has a gap
+                        continue
+                    self.timeline.samples.setdefault(base, []).append((time.monotonic(), values))
+                self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - tick)))
