@@ -1,0 +1,1032 @@
+"""A vLLM-like fleet simulator: N OpenAI-compatible replicas on loopback, for benchmarks and tests.
+
+THIS IS A BENCHMARK AND TEST TOOL, NOT PART OF THE PRODUCT PATH. Nothing in ``contextual_assets``
+imports it; it stands in for a fleet of vLLM servers so that the header client (routing, retries,
+failover, batching, validation) can be exercised and timed without GPUs. Its answers are canned
+sentences, not language-model output.
+
+Each replica is a Starlette app served by its own ``uvicorn.Server`` on ``127.0.0.1:PORT``; all the
+replicas of a fleet share one asyncio event loop (uvloop when installed) in one background thread.
+Endpoints per replica::
+
+    GET  /v1/models             chat model (+ "sim-embed" when serve_embeddings) with max_model_len
+    POST /v1/chat/completions   non-streaming chat completions, usage, finish_reason, max_tokens
+    POST /v1/embeddings         deterministic unit vectors (dim 32) when serve_embeddings
+    GET  /metrics               Prometheus text with vLLM metric names (model_name label)
+    GET  /health                200 while the replica is up
+    GET|POST /admin/faults      read / partially update this replica's fault injection (JSON)
+    GET  /admin/stats           this replica's accounting (same dict as FleetSimulator.stats()[i])
+
+Tokens are whitespace-separated words. The prompt of a chat request is the concatenation of
+``role + " " + content`` over all messages, so ``[{"role": "user", "content": "a b c"}]`` has
+4 prompt tokens.
+
+Cost model (one engine loop per replica, continuous batching, times in *simulated* seconds):
+
+* at most ``max_num_seqs`` sequences run; the others wait in FIFO order;
+* each iteration admits waiting requests while there is room; their prefill costs
+  ``prefill_s_per_token * uncached prompt tokens`` (tokens not covered by the prefix cache);
+* then one decode step for all running sequences costs
+  ``decode_base_s + decode_s_per_ctx_token * sum(context tokens)`` where a sequence's context is
+  its prompt plus the tokens generated so far; every running sequence gains one token;
+* every cost is divided by the replica's ``speed``; the engine sleeps ``cost * time_scale`` real
+  seconds per iteration, against a deadline (sleep overshoot is caught up on the next iteration,
+  so wall time tracks simulated time as long as the CPU keeps up; ``stats()["max_lag_s"]`` says
+  how far behind it ever got);
+* the prefix cache holds blocks of ``block_size`` tokens keyed by the hash of every token up to and
+  including the block (only identical leading blocks hit), LRU with ``prefix_cache_blocks`` blocks.
+
+Default costs (``ReplicaSpec``) are those of one modern GPU serving a small (1-3B) model:
+
+* ``prefill_s_per_token = 2e-5``   (50k prompt tokens/s of prefill)
+* ``decode_base_s = 0.006``        (6 ms per decode step: weights read once per step)
+* ``decode_s_per_ctx_token = 6e-7`` (KV-cache read + attention, per context token per step;
+  pessimistic for GQA models, so that long contexts clearly cost more)
+
+With these, 16 concurrent requests of 1,000 prompt tokens + 50 output tokens spend 0.32 s in
+prefill and 50 x (6 ms + 16 x ~1,025 x 0.6 us) = 0.79 s in decode: decode-bound (71 %). With
+10,000-token prompts the same batch costs 3.2 s prefill + 5.1 s decode, about 7.5x longer. One
+request alone (1,000 + 50) costs 0.02 + 50 x 6.6 ms = 0.35 s; 16 of them one after another 5.6 s
+versus 1.1 s batched. (The brief's example prefill figure, 5e-5, would make the 16 x 1,000 case
+prefill-bound, 0.8 s vs 0.79 s, hence 2e-5.)
+
+Outputs: the natural output length of a request is deterministic from a hash of its prompt,
+``output_tokens_mean`` +- 20 % (per chunk in batch mode), never below the number of words of the
+content, capped by ``max_tokens`` (or ``max_completion_tokens``; default: the room left in the
+context). ``usage.completion_tokens`` is that simulated count (a subword tokenizer yields more tokens
+than words); when the cap is below the content's word count the content is cut to that many words
+and ``finish_reason`` is ``"length"``, else ``"stop"``. The content is one sentence::
+
+    This passage (ref 3f9a2c) covers <first five words of the <chunk> or the last user message>
+    in <document title if present>.
+
+Batch mode (``response_format`` json_object / json_schema, or ``Answer as JSON`` in the last user
+message) answers ``{"headers": [{"id": ..., "header": ...}, ...]}`` with one entry per
+``<chunk id="...">`` element (of the last user message, else of the whole prompt; chunks without an
+id get their ordinal as a string).
+
+Faults (``FaultConfig``; construction, ``FleetSimulator.set_faults`` or ``POST /admin/faults``):
+
+* ``error_rate``: HTTP 500 with an OpenAI-style error body (chat and embeddings);
+* ``stall_s`` / ``stall_rate``: the request sleeps ``stall_s`` *wall* seconds before it is processed;
+* ``kill_at_s`` / ``restart_at_s``: *wall* seconds after fleet start. A kill closes the listening
+  socket (new connections: ``ConnectionRefusedError`` / ``httpx.ConnectError``), aborts every open
+  connection (in-flight requests see ``httpx.RemoteProtocolError`` "Server disconnected" or a
+  reset, ``httpx.ReadError``), and drops the engine's queue and prefix cache. A restart listens
+  again on the same port with a cold cache and with /metrics counters reset (as a restarted
+  process would); ``stats()`` keeps cumulative totals;
+* ``malformed`` in {"empty", "overlong", "echo", "copy", "bad_json"} with ``malformed_rate``:
+  empty content; a run-on text of 400 words with no sentence end (cut by max_tokens, finish_reason
+  "length"); the last user message echoed back; (extra) the chunk text copied verbatim; invalid JSON
+  (in any mode);
+* draws are made from a per-replica ``random.Random(seed)``, in arrival order: the sequence of
+  outcomes is deterministic for a given seed, which request gets which depends on arrival order.
+
+Other status codes: 400 when prompt + max_tokens exceeds max_model_len ("maximum context length"),
+for ``stream=true`` and for malformed bodies; 404 for an unknown model; 503 for a request that
+survives a kill without its connection (only seen if the client connection outlived the abort).
+A client that disconnects (timeout) has its request aborted in the engine, as vLLM does.
+Idle keep-alive connections are closed after 5 s (vLLM's uvicorn default). Under heavy concurrency
+an httpx client sees a rare ``httpx.ReadError`` on a reused keep-alive connection (about 1 in
+2,000 requests at 256 in flight); the same happens against a bare uvicorn app, so clients should
+retry transport errors, as they must against vLLM. A kill_at_s in the past set through the admin
+endpoint may kill the replica before that very answer is written.
+
+Capacity (2-core dev box, 4 replicas, 256 requests in flight, 1,000-token prompts): about 1.5 ms
+of simulator CPU per request; engine wall time matched ``busy_s * time_scale`` within 1 %, worst
+step lag 75 ms, no re-anchoring. The httpx client driving it used ~16 ms of CPU per request, so
+run the simulator standalone when the client's own CPU matters.
+
+Standalone (keeps the simulator off a client's GIL)::
+
+    python -m bench.fleet_sim --replicas 4 --speeds 1,1,0.775,0.775 --time-scale 0.2 --port-file OUT.json
+
+writes ``{"base_urls": [...], "admin_urls": [...], "pid": ...}`` atomically, then serves until
+SIGTERM / SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+MALFORMED_MODES = ("empty", "overlong", "echo", "copy", "bad_json")
+_CHUNK_RE = re.compile(r"<chunk(?P<attrs>[^>]*)>(?P<body>.*?)</chunk>", re.DOTALL)
+_ID_RE = re.compile(r"""\bid\s*=\s*["']([^"']*)["']""")
+_TITLE_RE = re.compile(r"""<document[^>]*\btitle\s*=\s*"([^"]*)\"""")
+_WORD_CLEAN = re.compile(r"[^\w\-']+")
+
+
+# --------------------------------------------------------------------------------------------
+# Specs
+
+
+@dataclass
+class FaultConfig:
+    """Fault injection of one replica. Times (stall_s, kill_at_s, restart_at_s) are wall seconds."""
+
+    error_rate: float = 0.0
+    stall_s: float = 0.0
+    stall_rate: float = 1.0  # with stall_s > 0: the share of requests that stall
+    kill_at_s: float | None = None  # relative to fleet start
+    restart_at_s: float | None = None
+    malformed: str | None = None  # one of MALFORMED_MODES
+    malformed_rate: float = 1.0
+    seed: int | None = None  # None: the fleet seed + the replica index
+
+    def validate(self) -> None:
+        for name in ("error_rate", "stall_rate", "malformed_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if self.stall_s < 0:
+            raise ValueError("stall_s must be >= 0")
+        if self.malformed is not None and self.malformed not in MALFORMED_MODES:
+            raise ValueError(f"malformed must be one of {MALFORMED_MODES} or null, got {self.malformed!r}")
+
+
+@dataclass
+class ReplicaSpec:
+    """One simulated vLLM replica. Costs are simulated seconds (see the module docstring)."""
+
+    speed: float = 1.0  # 1.0 nominal; 0.775 = every cost / 0.775 (29 % slower)
+    model_name: str = "sim-model"
+    max_model_len: int = 32768
+    max_num_seqs: int = 64
+    block_size: int = 16
+    prefix_cache_blocks: int = 20000
+    prefill_s_per_token: float = 2e-5
+    decode_base_s: float = 0.006
+    decode_s_per_ctx_token: float = 6e-7
+    output_tokens_mean: int = 50
+    serve_embeddings: bool = False
+    embedding_model: str = "sim-embed"
+    embedding_dim: int = 32
+    port: int = 0  # 0: an ephemeral port, kept across kill/restart
+    faults: FaultConfig = field(default_factory=FaultConfig)
+
+    def __post_init__(self) -> None:
+        if self.speed <= 0:
+            raise ValueError("speed must be > 0")
+        if self.max_num_seqs < 1 or self.block_size < 1:
+            raise ValueError("max_num_seqs and block_size must be >= 1")
+        if isinstance(self.faults, dict):
+            self.faults = FaultConfig(**self.faults)
+        self.faults.validate()
+
+
+class ReplicaDown(Exception):
+    """Raised into in-flight requests when their replica is killed."""
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _unit(text: str) -> float:
+    """A deterministic number in [0, 1) from a string."""
+    return int.from_bytes(_digest(text)[:8], "big") / 2**64
+
+
+def _message_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def _clean_words(text: str, n: int) -> list[str]:
+    words = []
+    for raw in text.split():
+        word = _WORD_CLEAN.sub("", raw)
+        if word:
+            words.append(word)
+            if len(words) == n:
+                break
+    return words
+
+
+def header_sentence(subject_text: str, title: str | None, key: str) -> str:
+    """The canned header: one sentence, under 40 words, deterministic in (subject_text, title, key)."""
+    ref = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=3).hexdigest()
+    subject = " ".join(_clean_words(subject_text, 5)) or "this material"
+    sentence = f"This passage (ref {ref}) covers {subject}"
+    title_words = _clean_words(title or "", 8)
+    if title_words:
+        sentence += " in " + " ".join(title_words)
+    return sentence + "."
+
+
+def embedding_vector(text: str, dim: int = 32) -> list[float]:
+    rng = random.Random(int.from_bytes(_digest(text), "big"))
+    vec = [rng.gauss(0.0, 1.0) for _ in range(dim)]
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]
+
+
+def _error(status: int, message: str, err_type: str):
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": {"message": message, "type": err_type, "param": None, "code": status}},
+                        status_code=status)
+
+
+class PrefixCache:
+    """LRU of block hashes; a block's hash covers every token up to and including it."""
+
+    def __init__(self, block_size: int, capacity_blocks: int):
+        self.block_size = block_size
+        self.capacity = capacity_blocks
+        self.blocks: collections.OrderedDict[int, None] = collections.OrderedDict()
+
+    def admit(self, tokens: list[str]) -> tuple[int, int]:
+        """(hit tokens, queried tokens) for this prompt; its full blocks are then cached."""
+        bs = self.block_size
+        n_blocks = len(tokens) // bs
+        h = 0
+        hits = 0
+        hitting = True
+        for i in range(n_blocks):
+            h = hash((h, tuple(tokens[i * bs:(i + 1) * bs])))
+            if h in self.blocks:
+                self.blocks.move_to_end(h)
+                if hitting:
+                    hits += bs
+            else:
+                hitting = False
+                self.blocks[h] = None
+        while len(self.blocks) > self.capacity:
+            self.blocks.popitem(last=False)
+        return hits, n_blocks * bs
+
+    def clear(self) -> None:
+        self.blocks.clear()
+
+
+@dataclass
+class _Seq:
+    tokens: list[str]
+    target: int
+    future: asyncio.Future
+    generated: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.tokens)
+
+
+_FLOAT_ACCT = ("busy_s", "prefill_s", "decode_s", "busy_wall_s", "max_lag_s")
+_COUNTER_FIELDS = ("prompt_tokens", "generation_tokens", "prefix_hit_tokens", "prefix_query_tokens",
+                   "success_stop", "success_length")
+
+
+# --------------------------------------------------------------------------------------------
+# One replica (all methods run on the fleet's event loop)
+
+
+class Replica:
+    def __init__(self, index: int, spec: ReplicaSpec, fleet: FleetSimulator, sock_port: int):
+        self.index = index
+        self.spec = spec
+        self.fleet = fleet
+        self.port = sock_port
+        self.faults = dataclasses.replace(spec.faults)
+        self.rng = random.Random(self._fault_seed())
+        self.cache = PrefixCache(spec.block_size, spec.prefix_cache_blocks)
+        self.waiting: collections.deque[_Seq] = collections.deque()
+        self.running: list[_Seq] = []
+        self.epoch = 0
+        self.alive = False
+        self.server = None
+        self.serve_task: asyncio.Task | None = None
+        self.engine_task: asyncio.Task | None = None
+        self.schedule_task: asyncio.Task | None = None
+        self.wake = asyncio.Event()
+        self.counters = dict.fromkeys(_COUNTER_FIELDS, 0)
+        self.metrics_offset = dict.fromkeys(_COUNTER_FIELDS, 0)
+        self.metrics_created = time.time()
+        self.acct: dict[str, float] = dict.fromkeys(
+            ("busy_s", "prefill_s", "decode_s", "busy_wall_s", "steps", "max_lag_s", "reanchors", "errors_injected", "stalls_injected",
+             "malformed_injected", "rejected", "dropped", "aborted", "kills", "restarts", "embeddings"), 0)
+        self.app = self._build_app()
+
+    def _fault_seed(self) -> int:
+        return self.faults.seed if self.faults.seed is not None else self.fleet.seed * 1000 + self.index
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # ---- lifecycle
+
+    def _bind(self) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        self.port = sock.getsockname()[1]
+        return sock
+
+    async def start(self, sock: socket.socket | None = None) -> None:
+        import uvicorn
+
+        sock = sock or self._bind()
+        config = uvicorn.Config(self.app, log_config=None, log_level="warning", access_log=False,
+                                lifespan="off", backlog=4096, timeout_keep_alive=5)  # vLLM's default
+        self.server = uvicorn.Server(config)
+        self.serve_task = asyncio.ensure_future(self.server.serve(sockets=[sock]))
+        while not self.server.started:
+            if self.serve_task.done():
+                self.serve_task.result()
+                raise RuntimeError(f"replica {self.index} failed to start")
+            await asyncio.sleep(0.002)
+        self.alive = True
+        if self.engine_task is None:
+            self.engine_task = asyncio.ensure_future(self._engine())
+
+    async def kill(self) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        self.epoch += 1
+        self.acct["kills"] += 1
+        server = self.server
+        for s in getattr(server, "servers", []):
+            s.close()  # stop listening: new connections are refused
+        for conn in list(server.server_state.connections):
+            transport = getattr(conn, "transport", None)
+            if transport is not None:
+                transport.abort()  # drop in-flight and idle connections
+        for seq in list(self.waiting) + self.running:
+            if not seq.future.done():
+                seq.future.set_exception(ReplicaDown())
+                self.acct["dropped"] += 1
+        self.waiting = collections.deque()
+        self.running = []
+        self.cache.clear()
+        server.should_exit = True
+        server.force_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self.serve_task), timeout=5)
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a dying server may raise anything
+            pass
+
+    async def restart(self) -> None:
+        if self.alive:
+            return
+        self.acct["restarts"] += 1
+        self.metrics_offset = dict(self.counters)
+        self.metrics_created = time.time()
+        await self.start()
+
+    async def stop(self) -> None:
+        if self.schedule_task is not None:
+            self.schedule_task.cancel()
+        await self.kill()
+        if self.engine_task is not None:
+            self.engine_task.cancel()
+
+    # ---- faults
+
+    def set_faults(self, **changes: Any) -> dict:
+        unknown = set(changes) - {f.name for f in dataclasses.fields(FaultConfig)}
+        if unknown:
+            raise ValueError(f"unknown fault settings {sorted(unknown)}")
+        new = dataclasses.replace(self.faults, **changes)
+        new.validate()
+        reseed = "seed" in changes
+        self.faults = new
+        if reseed:
+            self.rng = random.Random(self._fault_seed())
+        if "kill_at_s" in changes or "restart_at_s" in changes:
+            self._reschedule()
+        return dataclasses.asdict(self.faults)
+
+    def _reschedule(self) -> None:
+        if self.schedule_task is not None:
+            self.schedule_task.cancel()
+            self.schedule_task = None
+        kill_at, restart_at = self.faults.kill_at_s, self.faults.restart_at_s
+        if kill_at is None and restart_at is None:
+            return
+        self.schedule_task = asyncio.ensure_future(self._scheduled(kill_at, restart_at))
+
+    async def _scheduled(self, kill_at: float | None, restart_at: float | None) -> None:
+        now = self.fleet.elapsed()
+        if kill_at is not None and not (restart_at is not None and kill_at <= now and kill_at < restart_at <= now):
+            await asyncio.sleep(max(0.0, kill_at - self.fleet.elapsed()))
+            await self.kill()
+        if restart_at is not None and (kill_at is None or restart_at >= kill_at):
+            await asyncio.sleep(max(0.0, restart_at - self.fleet.elapsed()))
+            if not self.alive:
+                await self.restart()
+
+    # ---- engine
+
+    async def _engine(self) -> None:
+        spec = self.spec
+        loop = asyncio.get_running_loop()
+        anchor: float | None = None
+        sim_since_anchor = 0.0
+        busy_started = 0.0
+        while True:
+            if not self.waiting and not self.running:
+                if anchor is not None:
+                    self.acct["busy_wall_s"] += loop.time() - busy_started
+                    anchor = None
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            if anchor is None:
+                anchor = busy_started = loop.time()
+                sim_since_anchor = 0.0
+            epoch = self.epoch
+            # Admission + prefill.
+            prefill_tokens = 0
+            running = self.running
+            if any(s.future.done() for s in running):  # aborted by their clients
+                running[:] = [s for s in running if not s.future.done()]
+            while self.waiting and len(running) < spec.max_num_seqs:
+                seq = self.waiting.popleft()
+                if seq.future.done():
+                    continue
+                hits, queried = self.cache.admit(seq.tokens)
+                self.counters["prefix_hit_tokens"] += hits
+                self.counters["prefix_query_tokens"] += queried
+                self.counters["prompt_tokens"] += seq.prompt_tokens
+                prefill_tokens += max(1, seq.prompt_tokens - hits)
+                running.append(seq)
+            if not running:
+                continue
+            ctx = 0
+            for s in running:
+                ctx += len(s.tokens) + s.generated
+            prefill_cost = spec.prefill_s_per_token * prefill_tokens / spec.speed
+            decode_cost = (spec.decode_base_s + spec.decode_s_per_ctx_token * ctx) / spec.speed
+            cost = prefill_cost + decode_cost
+            self.acct["busy_s"] += cost
+            self.acct["prefill_s"] += prefill_cost
+            self.acct["decode_s"] += decode_cost
+            self.acct["steps"] += 1
+            sim_since_anchor += cost
+            deadline = anchor + sim_since_anchor * self.fleet.time_scale
+            delay = deadline - loop.time()
+            await asyncio.sleep(delay if delay > 0 else 0)
+            lag = loop.time() - deadline
+            if lag > self.acct["max_lag_s"]:
+                self.acct["max_lag_s"] = lag
+            if lag > 0.2:  # far behind (CPU starved): do not burst to catch up
+                self.acct["reanchors"] += 1
+                anchor, sim_since_anchor = loop.time(), 0.0
+            if epoch != self.epoch:  # killed while "computing"
+                continue
+            still = []
+            for s in running:
+                if s.future.done():
+                    continue
+                s.generated += 1
+                self.counters["generation_tokens"] += 1
+                if s.generated >= s.target:
+                    s.future.set_result(s.generated)
+                else:
+                    still.append(s)
+            running[:] = still
+
+    async def generate(self, tokens: list[str], target: int) -> int:
+        epoch = self.epoch
+        if not self.alive:
+            raise ReplicaDown()
+        seq = _Seq(tokens=tokens, target=max(1, target), future=asyncio.get_running_loop().create_future())
+        self.waiting.append(seq)
+        self.wake.set()
+        try:
+            return await seq.future
+        except asyncio.CancelledError:  # the client went away; the engine drops the cancelled seq
+            seq.future.cancel()
+            if epoch == self.epoch:
+                self.acct["aborted"] += 1
+            raise
+
+    # ---- accounting
+
+    def stats(self) -> dict:
+        c = self.counters
+        out = {
+            "index": self.index, "base_url": self.base_url, "port": self.port, "model": self.spec.model_name,
+            "speed": self.spec.speed, "alive": self.alive,
+            "completed": c["success_stop"] + c["success_length"],
+            "completed_stop": c["success_stop"], "completed_length": c["success_length"],
+            "prompt_tokens": c["prompt_tokens"], "generation_tokens": c["generation_tokens"],
+            "prefix_hit_tokens": c["prefix_hit_tokens"], "prefix_query_tokens": c["prefix_query_tokens"],
+            "running": len(self.running), "waiting": len(self.waiting),
+        }
+        for k, v in self.acct.items():
+            out[k] = float(v) if k in _FLOAT_ACCT else int(v)
+        return out
+
+    def metrics_text(self) -> str:
+        model = self.spec.model_name.replace("\\", "\\\\").replace('"', '\\"')
+        cur = {k: self.counters[k] - self.metrics_offset[k] for k in _COUNTER_FIELDS}
+        lbl = f'model_name="{model}"'
+        lines: list[str] = []
+
+        def counter(name: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+            lines.append(f"# HELP {name}_total {help_text}")
+            lines.append(f"# TYPE {name}_total counter")
+            for labels, value in samples:
+                lines.append(f"{name}_total{{{labels}}} {float(value)!r}")
+            lines.append(f"# HELP {name}_created {help_text}")
+            lines.append(f"# TYPE {name}_created gauge")
+            for labels, _ in samples:
+                lines.append(f"{name}_created{{{labels}}} {self.metrics_created!r}")
+
+        def gauge(name: str, help_text: str, value: float) -> None:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} gauge")
+            lines.append(f"{name}{{{lbl}}} {float(value)!r}")
+
+        gauge("vllm:num_requests_running", "Number of requests in model execution batches.", len(self.running))
+        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(self.waiting))
+        counter("vllm:prompt_tokens", "Number of prefill tokens processed.", [(lbl, cur["prompt_tokens"])])
+        counter("vllm:generation_tokens", "Number of generation tokens processed.",
+                [(lbl, cur["generation_tokens"])])
+        counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                [(lbl, cur["prefix_query_tokens"])])
+        counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                [(lbl, cur["prefix_hit_tokens"])])
+        counter("vllm:request_success", "Count of successfully processed requests.",
+                [(f'{lbl},finished_reason="stop"', cur["success_stop"]),
+                 (f'{lbl},finished_reason="length"', cur["success_length"])])
+        return "\n".join(lines) + "\n"
+
+    # ---- HTTP
+
+    def _build_app(self):
+        from starlette.applications import Starlette
+        from starlette.responses import JSONResponse, PlainTextResponse
+        from starlette.routing import Route
+
+        async def models(request):
+            data = [{"id": self.spec.model_name, "object": "model", "created": int(self.fleet.started_wall),
+                     "owned_by": "sim", "root": self.spec.model_name, "parent": None,
+                     "max_model_len": self.spec.max_model_len}]
+            if self.spec.serve_embeddings:
+                data.append({"id": self.spec.embedding_model, "object": "model",
+                             "created": int(self.fleet.started_wall), "owned_by": "sim",
+                             "root": self.spec.embedding_model, "parent": None,
+                             "max_model_len": self.spec.max_model_len})
+            return JSONResponse({"object": "list", "data": data})
+
+        async def health(request):
+            return PlainTextResponse("")
+
+        async def metrics(request):
+            return PlainTextResponse(self.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+        async def admin_faults(request):
+            if request.method == "POST":
+                try:
+                    body = await request.json()
+                    if not isinstance(body, dict):
+                        raise ValueError("expected a JSON object")
+                    return JSONResponse(self.set_faults(**body))
+                except (ValueError, TypeError) as exc:
+                    return _error(400, str(exc), "BadRequestError")
+            return JSONResponse(dataclasses.asdict(self.faults))
+
+        async def admin_stats(request):
+            return JSONResponse(self.stats())
+
+        return Starlette(routes=[
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/embeddings", self._embeddings, methods=["POST"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/admin/faults", admin_faults, methods=["GET", "POST"]),
+            Route("/admin/stats", admin_stats, methods=["GET"]),
+        ])
+
+    async def _pre_faults(self):
+        """Stall and error injection shared by the POST endpoints: a response, or None to go on."""
+        f = self.faults
+        epoch = self.epoch
+        if f.stall_s > 0 and f.stall_rate > 0 and self.rng.random() < f.stall_rate:
+            self.acct["stalls_injected"] += 1
+            await asyncio.sleep(f.stall_s)
+            if epoch != self.epoch or not self.alive:
+                return _error(503, "replica restarted during the request", "ServiceUnavailableError")
+        if f.error_rate > 0 and self.rng.random() < f.error_rate:
+            self.acct["errors_injected"] += 1
+            return _error(500, "simulated internal server error (fault injection)", "InternalServerError")
+        return None
+
+    async def _read_json(self, request):
+        try:
+            body = await request.json()
+        except Exception:  # noqa: BLE001 - any unparsable body
+            return None, _error(400, "request body is not valid JSON", "BadRequestError")
+        if not isinstance(body, dict):
+            return None, _error(400, "request body must be a JSON object", "BadRequestError")
+        return body, None
+
+    async def _chat(self, request):
+        from starlette.responses import JSONResponse
+
+        body, err = await self._read_json(request)
+        if err is not None:
+            return err
+        spec = self.spec
+        model = body.get("model") or spec.model_name
+        if model != spec.model_name:
+            self.acct["rejected"] += 1
+            return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        if body.get("stream"):
+            self.acct["rejected"] += 1
+            return _error(400, "the fleet simulator does not stream; send stream=false", "BadRequestError")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            self.acct["rejected"] += 1
+            return _error(400, "messages must be a non-empty list", "BadRequestError")
+        fault = await self._pre_faults()
+        if fault is not None:
+            return fault
+
+        parts = []
+        last_user = ""
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            text = _message_text(m.get("content"))
+            parts.append(f"{m.get('role', '')} {text}")
+            if m.get("role") == "user":
+                last_user = text
+        prompt = "\n".join(parts)
+        tokens = prompt.split()
+        n_prompt = len(tokens)
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        room = spec.max_model_len - n_prompt
+        if max_tokens is None:
+            if room < 1:
+                self.acct["rejected"] += 1
+                return _error(400, self._ctx_message(n_prompt, 0), "BadRequestError")
+            max_tokens = room
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            self.acct["rejected"] += 1
+            return _error(400, "max_tokens must be a positive integer", "BadRequestError")
+        if n_prompt + max_tokens > spec.max_model_len:
+            self.acct["rejected"] += 1
+            return _error(400, self._ctx_message(n_prompt, max_tokens), "BadRequestError")
+
+        content, natural = self._answer(body, prompt, last_user)
+        words = content.split(" ") if content else []
+        target = min(natural, max_tokens)
+        finish = "stop"
+        if target < len(words):
+            content = " ".join(words[:target])
+            finish = "length"
+
+        waiter = asyncio.ensure_future(self.generate(tokens, target))
+        watcher = asyncio.ensure_future(_wait_disconnect(request))
+        try:
+            done, _ = await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+        if waiter not in done:
+            waiter.cancel()
+            return _error(499, "client disconnected", "ClientClosedRequest")
+        try:
+            generated = waiter.result()
+        except ReplicaDown:
+            return _error(503, "replica is shutting down", "ServiceUnavailableError")
+        self.counters["success_length" if finish == "length" else "success_stop"] += 1
+        return JSONResponse({
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": spec.model_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "logprobs": None, "finish_reason": finish}],
+            "usage": {"prompt_tokens": n_prompt, "completion_tokens": generated,
+                      "total_tokens": n_prompt + generated},
+        })
+
+    def _ctx_message(self, n_prompt: int, max_tokens: int) -> str:
+        return (f"This model's maximum context length is {self.spec.max_model_len} tokens. However, you requested "
+                f"{n_prompt + max_tokens} tokens ({n_prompt} in the messages, {max_tokens} in the completion). "
+                f"Please reduce the length of the messages or completion.")
+
+    def _answer(self, body: dict, prompt: str, last_user: str) -> tuple[str, int]:
+        """(content, natural output length in tokens) for a request, faults included."""
+        mean = self.spec.output_tokens_mean
+        rf = body.get("response_format")
+        batch = (isinstance(rf, dict) and rf.get("type") in ("json_object", "json_schema")) \
+            or "Answer as JSON" in last_user
+        chunks = list(_CHUNK_RE.finditer(last_user)) or list(_CHUNK_RE.finditer(prompt))
+        title_match = _TITLE_RE.search(last_user) or _TITLE_RE.search(prompt)
+        title = title_match.group(1) if title_match else None
+        f = self.faults
+        malformed = None
+        if f.malformed is not None and f.malformed_rate > 0 and self.rng.random() < f.malformed_rate:
+            malformed = f.malformed
+            self.acct["malformed_injected"] += 1
+
+        def jitter(key: str) -> int:
+            return max(1, round(mean * (0.8 + 0.4 * _unit(key))))
+
+        if malformed == "empty":
+            return "", 1
+        if malformed == "overlong":
+            filler = ("and the passage goes on to discuss how this relates to the wider document and its many "
+                      "sections which in turn connect to further themes").split()
+            text = " ".join(filler[i % len(filler)] for i in range(400))
+            return text, 400
+        if malformed == "echo":
+            return last_user, len(last_user.split(" "))
+        if malformed == "copy":
+            text = " ".join((chunks[0].group("body") if chunks else last_user).split())
+            return text, len(text.split(" "))
+        if malformed == "bad_json":
+            ident = _ID_RE.search(chunks[0].group("attrs")) if chunks else None
+            text = '{"headers": [{"id": "%s", "header": "This passage covers' % (ident.group(1) if ident else "0")
+            return text, jitter(prompt)
+
+        if batch:
+            entries = []
+            natural = 0
+            for i, m in enumerate(chunks):
+                ident_match = _ID_RE.search(m.group("attrs"))
+                ident = ident_match.group(1) if ident_match else str(i)
+                key = f"{prompt}\x00{ident}"
+                entries.append({"id": ident, "header": header_sentence(m.group("body"), title, key)})
+                natural += jitter(key)
+            text = json.dumps({"headers": entries}, ensure_ascii=False)
+            return text, max(natural, len(text.split(" ")), 1)
+        subject = chunks[-1].group("body") if chunks else last_user
+        text = header_sentence(subject, title, prompt)
+        return text, max(jitter(prompt), len(text.split(" ")))
+
+    async def _embeddings(self, request):
+        from starlette.responses import JSONResponse
+
+        if not self.spec.serve_embeddings:
+            return _error(404, "this replica serves no embedding model", "NotFoundError")
+        body, err = await self._read_json(request)
+        if err is not None:
+            return err
+        model = body.get("model") or self.spec.embedding_model
+        if model != self.spec.embedding_model:
+            return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        inputs = body.get("input")
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if not isinstance(inputs, list) or not all(isinstance(x, str) for x in inputs):
+            return _error(400, "input must be a string or a list of strings", "BadRequestError")
+        fault = await self._pre_faults()
+        if fault is not None:
+            return fault
+        self.acct["embeddings"] += len(inputs)
+        n_tokens = sum(len(x.split()) for x in inputs)
+        return JSONResponse({
+            "object": "list", "model": model,
+            "data": [{"object": "embedding", "index": i, "embedding": embedding_vector(x, self.spec.embedding_dim)}
+                     for i, x in enumerate(inputs)],
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+        })
+
+
+async def _wait_disconnect(request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+# --------------------------------------------------------------------------------------------
+# The fleet
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover - uvloop is optional
+        return asyncio.new_event_loop()
+
+
+class FleetSimulator:
+    """N simulated replicas served from one background thread (its own event loop).
+
+    ``time_scale``: real seconds per simulated second (0.2 = five times faster than the modelled GPU).
+    ``seed``: fault draws of replica i use ``seed * 1000 + i`` unless its FaultConfig names a seed.
+    """
+
+    def __init__(self, specs: list[ReplicaSpec] | int, time_scale: float = 1.0, seed: int = 0):
+        if isinstance(specs, int):
+            specs = [ReplicaSpec() for _ in range(specs)]
+        if not specs:
+            raise ValueError("a fleet needs at least one replica")
+        if time_scale < 0:
+            raise ValueError("time_scale must be >= 0")
+        self.specs = list(specs)
+        self.time_scale = time_scale
+        self.seed = seed
+        self.replicas: list[Replica] = []
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.started_mono = 0.0
+        self.started_wall = 0.0
+
+    # ---- lifecycle
+
+    def start(self) -> FleetSimulator:
+        if self._thread is not None:
+            raise RuntimeError("fleet already started")
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            self.loop = _new_loop()
+            asyncio.set_event_loop(self.loop)
+            try:
+                self.loop.run_until_complete(self._start_all())
+            except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            try:
+                self.loop.run_forever()
+            finally:
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+                self.loop.close()
+
+        self._thread = threading.Thread(target=run, name="fleet-sim", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            self._thread.join(5)
+            self._thread = None
+            raise RuntimeError("fleet simulator failed to start") from failure[0]
+        return self
+
+    async def _start_all(self) -> None:
+        self.started_mono = time.monotonic()
+        self.started_wall = time.time()
+        self.replicas = []
+        sockets = []
+        for i, spec in enumerate(self.specs):
+            replica = Replica(i, spec, self, spec.port)
+            sockets.append(replica._bind())  # every port bound before any replica serves
+            self.replicas.append(replica)
+        for replica, sock in zip(self.replicas, sockets):
+            await replica.start(sock)
+        for replica in self.replicas:
+            replica._reschedule()
+
+    def stop(self) -> None:
+        if self._thread is None or self.loop is None:
+            return
+
+        async def stop_all():
+            await asyncio.gather(*(r.stop() for r in self.replicas), return_exceptions=True)
+
+        try:
+            self._call(stop_all(), timeout=15)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            self._thread = None
+
+    def __enter__(self) -> FleetSimulator:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _call(self, coro, timeout: float = 30.0):
+        if self.loop is None or self._thread is None:
+            coro.close()
+            raise RuntimeError("fleet not started")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def _call_sync(self, fn, *args, **kwargs):
+        async def wrapper():
+            return fn(*args, **kwargs)
+
+        return self._call(wrapper())
+
+    # ---- API
+
+    def elapsed(self) -> float:
+        """Wall seconds since the fleet started (the clock of kill_at_s / restart_at_s)."""
+        return time.monotonic() - self.started_mono
+
+    @property
+    def base_urls(self) -> list[str]:
+        return [r.base_url for r in self.replicas]
+
+    @property
+    def admin_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{r.port}/admin" for r in self.replicas]
+
+    def kill(self, i: int) -> None:
+        """Stop replica i: refused connections, open connections aborted, queue dropped. Blocks until done."""
+        self._call(self.replicas[i].kill())
+
+    def restart(self, i: int) -> None:
+        """Serve replica i again on the same port (cold prefix cache). Blocks until it listens."""
+        self._call(self.replicas[i].restart())
+
+    def set_faults(self, i: int, **faults: Any) -> dict:
+        """Partially update replica i's FaultConfig; returns the new settings."""
+        return self._call_sync(self.replicas[i].set_faults, **faults)
+
+    def get_faults(self, i: int) -> dict:
+        return self._call_sync(lambda: dataclasses.asdict(self.replicas[i].faults))
+
+    def stats(self) -> list[dict]:
+        """Per replica: completed, prompt/generation tokens, prefix hit/query tokens, busy_s (simulated
+        seconds, = prefill_s + decode_s), busy_wall_s, steps, max_lag_s, injected faults, dropped/aborted/rejected requests, kills..."""
+        return self._call_sync(lambda: [r.stats() for r in self.replicas])
+
+    def metrics_text(self, i: int) -> str:
+        return self._call_sync(self.replicas[i].metrics_text)
+
+
+# --------------------------------------------------------------------------------------------
+# Standalone process
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet_sim", description=__doc__.split("\n")[0])
+    parser.add_argument("--replicas", type=int, default=None)
+    parser.add_argument("--speeds", default="1", help="comma-separated speed per replica (one value: all)")
+    parser.add_argument("--time-scale", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default="sim-model")
+    parser.add_argument("--max-model-len", type=int, default=32768)
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--output-tokens-mean", type=int, default=50)
+    parser.add_argument("--embeddings", action="store_true", help="also serve sim-embed on /v1/embeddings")
+    parser.add_argument("--base-port", type=int, default=0, help="replica i on base-port + i (0: ephemeral)")
+    parser.add_argument("--faults", default="{}",
+                        help='JSON {"<replica index>": {fault settings}}, e.g. {"1": {"error_rate": 0.1}}')
+    parser.add_argument("--port-file", default=None, help="write the base URLs here as JSON once serving")
+    args = parser.parse_args(argv)
+
+    speeds = [float(s) for s in args.speeds.split(",") if s.strip()]
+    n = args.replicas if args.replicas is not None else len(speeds)
+    if len(speeds) == 1:
+        speeds = speeds * n
+    if len(speeds) != n:
+        parser.error(f"--speeds has {len(speeds)} values for {n} replicas")
+    faults = {int(k): v for k, v in json.loads(args.faults).items()}
+    specs = [ReplicaSpec(speed=speeds[i], model_name=args.model, max_model_len=args.max_model_len,
+                         max_num_seqs=args.max_num_seqs, output_tokens_mean=args.output_tokens_mean,
+                         serve_embeddings=args.embeddings, port=(args.base_port + i) if args.base_port else 0,
+                         faults=FaultConfig(**faults.get(i, {})))
+             for i in range(n)]
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    fleet = FleetSimulator(specs, time_scale=args.time_scale, seed=args.seed).start()
+    try:
+        info = {"base_urls": fleet.base_urls, "admin_urls": fleet.admin_urls, "pid": os.getpid(),
+                "time_scale": args.time_scale, "speeds": speeds, "model": args.model}
+        if args.port_file:
+            tmp = f"{args.port_file}.tmp{os.getpid()}"
+            with open(tmp, "w") as fh:
+                json.dump(info, fh)
+            os.replace(tmp, args.port_file)
+        print(json.dumps(info), flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        fleet.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
