@@ -76,6 +76,7 @@ class ReplicaState:
     breaker: CircuitBreaker
     client: Any = None
     in_flight: int = 0
+    peak_in_flight: int = 0
     outstanding_tokens: int = 0
     completed: int = 0
     failures: int = 0
@@ -104,6 +105,7 @@ class HeaderFleet:
             endpoints, pin=config.model, allow_mixed=config.allow_mixed_models, context_limit=config.context_limit
         )
         self.counters = FleetCounters()
+        self.down_since: float | None = None  # since when no replica has had a closed breaker
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="header-fleet", daemon=True)
         self._thread.start()
@@ -172,7 +174,8 @@ class HeaderFleet:
 
     def snapshot(self) -> list[dict[str, Any]]:
         return [
-            {"replica": s.url, "model": s.model, "in_flight": s.in_flight, "completed": s.completed,
+            {"replica": s.url, "model": s.model, "in_flight": s.in_flight, "peak_in_flight": s.peak_in_flight,
+             "completed": s.completed,
              "failures": s.failures, "breaker": s.breaker.state, "last_error": s.last_error}
             for s in self.replicas
         ]
@@ -181,6 +184,20 @@ class HeaderFleet:
     def _retry_allowed(self) -> bool:
         budget = max(self.config.retry_budget_min, int(self.config.retry_budget_ratio * self.counters.sent))
         return self.counters.retries < budget
+
+    def _update_down(self) -> None:
+        if any(s.breaker.state == "closed" for s in self.replicas):
+            self.down_since = None
+        elif self.down_since is None:
+            self.down_since = time.monotonic()
+
+    def _raise_if_down(self, label: str) -> None:
+        """Every replica failing for longer than `unavailable_timeout_s`: fail fast and say why."""
+        if self.down_since is not None and time.monotonic() - self.down_since > self.config.unavailable_timeout_s:
+            detail = "; ".join(f"{s.url}: {s.last_error or s.breaker.state}" for s in self.replicas)
+            raise FleetUnavailableError(
+                f"{label}: every replica has been failing for over {self.config.unavailable_timeout_s:.0f} s ({detail})"
+            )
 
     def _pick(self, tried: set[str]) -> ReplicaState | None:
         available = [s for s in self.replicas if s.in_flight < s.config.max_in_flight and s.breaker.allow()]
@@ -192,26 +209,20 @@ class HeaderFleet:
 
     async def _acquire(self, request: FleetRequest, tried: set[str]) -> ReplicaState:
         cost = request.est_prompt_tokens + request.max_tokens
-        unavailable_since: float | None = None
         async with self._cond:
             while True:
+                self._update_down()
+                self._raise_if_down(request.label)
                 state = self._pick(tried)
                 if state is not None:
                     state.in_flight += 1
+                    state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
                     state.outstanding_tokens += cost
                     state.breaker.on_dispatch()
                     return state
                 if all(not s.breaker.allow() for s in self.replicas):
-                    now = time.monotonic()
-                    unavailable_since = unavailable_since or now
-                    if now - unavailable_since > self.config.unavailable_timeout_s:
-                        detail = "; ".join(f"{s.url}: {s.last_error or s.breaker.state}" for s in self.replicas)
-                        raise FleetUnavailableError(
-                            f"no replica available for {self.config.unavailable_timeout_s:.0f} s ({detail})"
-                        )
                     wait = max(0.05, min(s.breaker.seconds_until_probe() for s in self.replicas))
                 else:
-                    unavailable_since = None
                     wait = 1.0
                 try:
                     await asyncio.wait_for(self._cond.wait(), timeout=wait)
@@ -285,6 +296,8 @@ class HeaderFleet:
         attempt_no = 0
 
         def before_sleep(retry_state) -> None:
+            self._update_down()
+            self._raise_if_down(request.label)
             if not self._retry_allowed():
                 raise HeaderGenerationError(
                     f"{request.label}: fleet retry budget exhausted after {self.counters.retries} retries "
