@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from bench.fleet_share import measure
 from bench.fleet_sim import FleetSimulator, ReplicaSpec
 from contextual_assets.errors import HeaderGenerationError
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
@@ -63,22 +64,12 @@ def test_in_flight_cap_is_never_exceeded():
 
 
 def test_heterogeneous_fleet_share_follows_capacity():
-    speeds = [1.0, 1.0, 0.775, 0.775]
     # Real-time-like pacing so that the client keeps every replica at its cap (saturated fleet):
     # then free slots, and so requests, follow each replica's speed with no speed given to the client.
-    with FleetSimulator([ReplicaSpec(speed=s) for s in speeds], time_scale=1.5) as sim:
-        fleet = fleet_for(sim, cap=16)
-        try:
-            results = results_ok(fleet.run([prompt_request(i, words=800) for i in range(448)]))
-            counts = {u: 0 for u in sim.base_urls}
-            for result in results:
-                counts[result.replica] += 1
-            shares = [counts[u] / len(results) for u in sim.base_urls]
-            capacity = [s / sum(speeds) for s in speeds]
-            for share, expected in zip(shares, capacity):
-                assert abs(share - expected) / expected <= 0.05, (shares, capacity)
-        finally:
-            fleet.close()
+    result = measure(n_requests=448, prompt_words=800, time_scale=1.5)
+    assert [r["speed"] for r in result["replicas"]] == [1.0, 1.0, 0.775, 0.775]
+    assert sum(r["completed"] for r in result["replicas"]) == 448
+    assert result["max_relative_error"] <= 0.05, result["replicas"]
 
 
 def test_retries_absorb_errors():
