@@ -8,6 +8,7 @@ import time
 import dagster as dg
 
 from .errors import ContextualError, DocumentError
+from .fleet.metrics import MetricsSampler
 from .headers.openai_source import OpenAIHeaderSource
 from .index_version import index_fingerprint, index_version_of
 from .models import DocumentRecord, HeaderedDocument, ParsedDocument
@@ -100,7 +101,13 @@ def chunk_headers(
         if warning:
             context.log.warning(warning)
         source = headers.build(parsing.counter(), store=store.open())
-        headered, results = attach_headers(parsed_chunks, source, parsing.counter(), headers.context_tokens)
+        sampler = None
+        if headers.sample_metrics and isinstance(source, OpenAIHeaderSource):
+            sampler = MetricsSampler([r.url for r in source.fleet.replicas], interval_s=0.1).__enter__()
+        try:
+            headered, results = attach_headers(parsed_chunks, source, parsing.counter(), headers.context_tokens)
+        finally:
+            timeline = sampler.stop() if sampler else None
     except ContextualError as exc:
         raise dg.Failure(description=f"headers for {parsed_chunks.source_path}: {exc}") from None
     fingerprint = index_fingerprint(source.identity, embedder.identity(), parsing.chunk_tokens)
@@ -118,6 +125,9 @@ def chunk_headers(
     }
     if isinstance(source, OpenAIHeaderSource):
         metadata.update(fleet_metadata(source))
+    if timeline is not None:
+        # vLLM /metrics sampled during this partition's header generation, one row per second.
+        metadata["fleet_timeline"] = dg.MetadataValue.json(timeline.per_second())
     if headered and headered[0].header:
         metadata["example_header"] = headered[0].header
     return dg.Output(

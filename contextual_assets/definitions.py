@@ -22,6 +22,7 @@ def build_resources(settings: PlatformSettings) -> dict[str, dg.ConfigurableReso
                                         revision=settings.llm_revision,
                                         allow_mixed_models=settings.llm_allow_mixed_models,
                                         context_limit=settings.llm_context_limit, batch_size=settings.llm_batch_size,
+                                        sample_metrics=settings.llm_sample_metrics,
                                         api_key_env=settings.llm_api_key_env,
                                         max_in_flight=settings.llm_max_in_flight,
                                         context_tokens=settings.context_tokens),

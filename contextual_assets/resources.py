@@ -79,6 +79,7 @@ class HeaderSourceResource(dg.ConfigurableResource):
     context_tokens: int = 1000
     timeout_s: float = 60.0
     max_attempts: int = 4
+    sample_metrics: bool = False  # sample replicas' Prometheus /metrics into a per-run timeline
 
     def resolved_source(self) -> tuple[str, str | None]:
         """(source, warning): the source that will run and why, when `auto` had to choose."""

@@ -26,6 +26,7 @@ class PlatformSettings(BaseModel):
     llm_allow_mixed_models: bool = False
     llm_context_limit: int = 0
     llm_batch_size: int = 1
+    llm_sample_metrics: bool = False
     llm_api_key_env: str = "CTX_LLM_API_KEY"
     llm_max_in_flight: int = 16
     embed_base_url: str = ""
@@ -52,6 +53,7 @@ class PlatformSettings(BaseModel):
             llm_allow_mixed_models=_env("CTX_LLM_ALLOW_MIXED_MODELS", "0").lower() in {"1", "true", "yes"},
             llm_context_limit=int(_env("CTX_LLM_CONTEXT_LIMIT", "0")),
             llm_batch_size=int(_env("CTX_LLM_BATCH_SIZE", "1")),
+            llm_sample_metrics=_env("CTX_LLM_SAMPLE_METRICS", "0").lower() in {"1", "true", "yes"},
             llm_api_key_env=_env("CTX_LLM_API_KEY_ENV", "CTX_LLM_API_KEY"),
             llm_max_in_flight=int(_env("CTX_LLM_MAX_IN_FLIGHT", "16")),
             embed_base_url=_env("CTX_EMBED_BASE_URL"),

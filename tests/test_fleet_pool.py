@@ -235,3 +235,32 @@ def test_metrics_sampler_builds_a_timeline():
             assert set(sampler.timeline.samples) == set(sim.base_urls)
         finally:
             fleet.close()
+
+
+def test_ingest_through_dagster_on_the_simulated_fleet(tmp_path, samples_dir, settings_factory):
+    import dagster as dg
+
+    from contextual_assets.definitions import build_definitions, build_resources
+    from contextual_assets.service import collect_sources, ingest_partitions, register_sources
+
+    with FleetSimulator(3, time_scale=0.05) as sim:
+        settings = settings_factory(header_source="openai", llm_base_urls=",".join(sim.base_urls),
+                                    llm_sample_metrics=True)
+        defs = build_definitions(settings)
+        store = build_resources(settings)["store"].open()
+        instance = dg.DagsterInstance.ephemeral()
+        sources, _ = collect_sources([samples_dir / "supply_agreement.pdf"])
+        register_sources(store, instance, sources)
+        (outcome,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
+        assert outcome.success, outcome.error
+        metadata = instance.get_latest_materialization_event(dg.AssetKey("chunk_headers")).asset_materialization.metadata
+        assert metadata["served_model"].value == "sim-model" and metadata["context_limit"].value == 32768
+        assert set(metadata["replica_share"].value) == set(sim.base_urls)
+        assert metadata["requests"].value == outcome.chunks and metadata["cache_hits"].value == 0
+        assert metadata["latency_p95_s"].value >= metadata["latency_p50_s"].value > 0
+        assert any(row["prompt_tokens"] > 0 for row in metadata["fleet_timeline"].value)
+        stored = store.chunks(metadata["index_version"].value)
+        assert all(c.header.startswith("This passage") for c in stored)
+        completed = sum(s["completed"] for s in sim.stats())
+        (again,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
+        assert again.success and sum(s["completed"] for s in sim.stats()) == completed, "a re-run makes no LLM call"
