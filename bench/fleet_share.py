@@ -8,10 +8,11 @@ told the speeds: routing by least outstanding work under per-replica caps must f
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
+
+from bench.report import write_json
 
 from bench.fleet_sim import FleetSimulator, ReplicaSpec
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
@@ -66,9 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['replica']:28s} {row['speed']:6.3f} {row['completed']:6d} {row['share']:7.3f} "
               f"{row['capacity_share']:9.3f} {row['relative_error']:8.3f}")
     print(f"wall {result['wall_s']} s; max relative error {result['max_relative_error']:.3f}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+    write_json(args.json, result)
     return 0
 
 

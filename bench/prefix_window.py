@@ -17,11 +17,12 @@ bench/fleet_sim.py), measured side by side:
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
 from pathlib import Path
+
+from bench.report import write_json
 
 from bench.fleet_sim import FleetSimulator, ReplicaSpec
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
@@ -166,9 +167,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(seconds {loop[mode]['idle_seconds']})")
     result = {"rows": rows, "document_loop": loop, "time_scale": args.time_scale,
               "chunk_words": args.chunk_words, "context_words": args.context_words}
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+    write_json(args.json, result)
     return 0
 
 

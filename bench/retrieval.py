@@ -10,11 +10,12 @@ run in dense, lexical and hybrid mode.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.report import write_json
 
 # Reference figures on the dev half with the same embedder (all-MiniLM-L6-v2), no headers.
 REFERENCE = {
@@ -97,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         result = run(args.dataset, gold, args.headers, workdir)
     print_table(result)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+    write_json(args.json, result)
     return 0
 
 

@@ -4,7 +4,7 @@ retries, failover, circuit breaking, budgets, cache hits on re-run, structured b
 from __future__ import annotations
 
 import concurrent.futures
-import threading
+import contextlib
 import time
 
 import pytest
@@ -24,11 +24,17 @@ from contextual_assets.store import open_store
 from contextual_assets.tokens import token_counter
 
 
-def fleet_for(sim: FleetSimulator, cap: int = 16, weights=None, **overrides) -> HeaderFleet:
-    weights = weights or [1.0] * len(sim.base_urls)
-    replicas = [ReplicaConfig(base_url=u, max_in_flight=cap, weight=w) for u, w in zip(sim.base_urls, weights)]
-    overrides.setdefault("breaker_cooldown_s", 0.5)
-    return HeaderFleet(FleetConfig(replicas=replicas, **overrides), discovery=ModelDiscovery())
+@contextlib.contextmanager
+def simulated_fleet(specs, time_scale: float, cap: int = 16, **overrides):
+    """A simulated fleet and a `HeaderFleet` client of it (fresh discovery cache), both closed after."""
+    with FleetSimulator(specs, time_scale=time_scale) as sim:
+        replicas = [ReplicaConfig(base_url=u, max_in_flight=cap) for u in sim.base_urls]
+        overrides.setdefault("breaker_cooldown_s", 0.5)
+        fleet = HeaderFleet(FleetConfig(replicas=replicas, **overrides), discovery=ModelDiscovery())
+        try:
+            yield sim, fleet
+        finally:
+            fleet.close()
 
 
 def prompt_request(i: int, words: int = 200) -> FleetRequest:
@@ -44,23 +50,15 @@ def results_ok(results):
 
 
 def test_discovery_and_context_limit_from_models_endpoint():
-    with FleetSimulator([ReplicaSpec(max_model_len=4096), ReplicaSpec(max_model_len=8192)], time_scale=0.05) as sim:
-        fleet = fleet_for(sim)
-        try:
-            assert fleet.model == "sim-model" and fleet.context_limit == 4096
-        finally:
-            fleet.close()
+    with simulated_fleet([ReplicaSpec(max_model_len=4096), ReplicaSpec(max_model_len=8192)], time_scale=0.05) as (sim, fleet):
+        assert fleet.model == "sim-model" and fleet.context_limit == 4096
 
 
 def test_in_flight_cap_is_never_exceeded():
-    with FleetSimulator(2, time_scale=0.05) as sim:
-        fleet = fleet_for(sim, cap=3)
-        try:
-            results_ok(fleet.run([prompt_request(i) for i in range(40)]))
-            assert [s.peak_in_flight for s in fleet.replicas] == [3, 3]
-            assert sum(s["completed"] for s in sim.stats()) == 40
-        finally:
-            fleet.close()
+    with simulated_fleet(2, time_scale=0.05, cap=3) as (sim, fleet):
+        results_ok(fleet.run([prompt_request(i) for i in range(40)]))
+        assert [s.peak_in_flight for s in fleet.replicas] == [3, 3]
+        assert sum(s["completed"] for s in sim.stats()) == 40
 
 
 def test_heterogeneous_fleet_share_follows_capacity():
@@ -73,92 +71,69 @@ def test_heterogeneous_fleet_share_follows_capacity():
 
 
 def test_retries_absorb_errors():
-    with FleetSimulator(2, time_scale=0.05) as sim:
+    with simulated_fleet(2, time_scale=0.05, breaker_failures=100) as (sim, fleet):
         sim.set_faults(0, error_rate=0.3, seed=7)
-        fleet = fleet_for(sim, breaker_failures=100)
-        try:
-            results_ok(fleet.run([prompt_request(i) for i in range(60)]))
-            assert fleet.counters.retries > 0 and fleet.counters.errors.get("http_500", 0) > 0
-        finally:
-            fleet.close()
+        results_ok(fleet.run([prompt_request(i) for i in range(60)]))
+        assert fleet.counters.retries > 0 and fleet.counters.errors.get("http_500", 0) > 0
 
 
 def test_killed_replica_fails_over_and_breaker_opens():
-    with FleetSimulator(3, time_scale=0.5) as sim:
-        fleet = fleet_for(sim, cap=4, breaker_failures=2, breaker_cooldown_s=60)
-        try:
-            futures = [fleet.submit(prompt_request(i, words=600)) for i in range(90)]
-            while sim.stats()[1]["completed"] < 4:  # the replica is mid-run when it dies
-                time.sleep(0.05)
-            sim.kill(1)
-            results = [f.result(timeout=120) for f in futures]
-            assert len(results) == 90
-            killed = fleet.replicas[1]
-            assert killed.breaker.state == "open" and killed.breaker.trips >= 1
-            assert fleet.counters.failovers > 0
-            assert sum(r.failovers for r in results) > 0
-            # While open, the dead replica gets no traffic: failures stay bounded.
-            assert killed.failures <= 4 + 2
-        finally:
-            fleet.close()
+    with simulated_fleet(3, time_scale=0.5, cap=4, breaker_failures=2, breaker_cooldown_s=60) as (sim, fleet):
+        futures = [fleet.submit(prompt_request(i, words=600)) for i in range(90)]
+        while sim.stats()[1]["completed"] < 4:  # the replica is mid-run when it dies
+            time.sleep(0.05)
+        sim.kill(1)
+        results = [f.result(timeout=120) for f in futures]
+        assert len(results) == 90
+        killed = fleet.replicas[1]
+        assert killed.breaker.state == "open" and killed.breaker.trips >= 1
+        assert fleet.counters.failovers > 0
+        assert sum(r.failovers for r in results) > 0
+        # While open, the dead replica gets no traffic: failures stay bounded.
+        assert killed.failures <= 4 + 2
 
 
 def test_breaker_probe_recovers_a_restarted_replica():
-    with FleetSimulator(2, time_scale=0.05) as sim:
-        fleet = fleet_for(sim, cap=2, breaker_failures=1, breaker_cooldown_s=0.3)
-        try:
-            sim.kill(1)
-            results_ok(fleet.run([prompt_request(i) for i in range(10)]))
-            assert fleet.replicas[1].breaker.trips >= 1
-            sim.restart(1)
-            time.sleep(0.4)
-            results = results_ok(fleet.run([prompt_request(i) for i in range(10, 40)]))
-            assert any(r.replica == sim.base_urls[1] for r in results), "the probe closed the breaker"
-            assert fleet.replicas[1].breaker.state == "closed"
-        finally:
-            fleet.close()
+    with simulated_fleet(2, time_scale=0.05, cap=2, breaker_failures=1, breaker_cooldown_s=0.3) as (sim, fleet):
+        sim.kill(1)
+        results_ok(fleet.run([prompt_request(i) for i in range(10)]))
+        assert fleet.replicas[1].breaker.trips >= 1
+        sim.restart(1)
+        time.sleep(0.4)
+        results = results_ok(fleet.run([prompt_request(i) for i in range(10, 40)]))
+        assert any(r.replica == sim.base_urls[1] for r in results), "the probe closed the breaker"
+        assert fleet.replicas[1].breaker.state == "closed"
 
 
 def test_every_replica_down_fails_within_bounded_time():
-    with FleetSimulator(2, time_scale=0.05) as sim:
-        fleet = fleet_for(sim, breaker_failures=1, breaker_cooldown_s=0.2, unavailable_timeout_s=1.5,
-                          max_attempts=50, retry_budget_min=1000)
-        try:
-            sim.kill(0)
-            sim.kill(1)
-            started = time.monotonic()
-            (result,) = fleet.run([prompt_request(0)])
-            assert isinstance(result, HeaderGenerationError)
-            assert time.monotonic() - started < 30
-            assert isinstance(result, FleetUnavailableError) or "no valid answer" in str(result)
-        finally:
-            fleet.close()
+    # 50 attempts with backoff would take minutes: only the fleet-down timeout ends this one early.
+    with simulated_fleet(2, time_scale=0.05, breaker_failures=1, breaker_cooldown_s=0.2, unavailable_timeout_s=1.5,
+                         max_attempts=50, retry_budget_min=1000) as (sim, fleet):
+        sim.kill(0)
+        sim.kill(1)
+        (result,) = fleet.run([prompt_request(0)])
+        assert isinstance(result, FleetUnavailableError), result
+        assert "every replica has been failing for over 2 s" in str(result)
+        assert all(url in str(result) for url in sim.base_urls)
 
 
 def test_retry_budget_is_fleet_wide():
-    with FleetSimulator(2, time_scale=0.05) as sim:
+    with simulated_fleet(2, time_scale=0.05, breaker_failures=1000, retry_budget_min=5, retry_budget_ratio=0.0,
+                         max_attempts=10) as (sim, fleet):
         sim.set_faults(0, error_rate=1.0)
         sim.set_faults(1, error_rate=1.0)
-        fleet = fleet_for(sim, breaker_failures=1000, retry_budget_min=5, retry_budget_ratio=0.0, max_attempts=10)
-        try:
-            results = fleet.run([prompt_request(i) for i in range(6)])
-            assert all(isinstance(r, HeaderGenerationError) for r in results)
-            assert fleet.counters.retries == 5
-            assert any("retry budget exhausted" in str(r) for r in results)
-        finally:
-            fleet.close()
+        results = fleet.run([prompt_request(i) for i in range(6)])
+        assert all(isinstance(r, HeaderGenerationError) for r in results)
+        assert fleet.counters.retries == 5
+        assert any("retry budget exhausted" in str(r) for r in results)
 
 
 def test_shared_pool_across_threads_respects_caps():
-    with FleetSimulator(2, time_scale=0.05) as sim:
-        fleet = fleet_for(sim, cap=2)
-        try:
-            with concurrent.futures.ThreadPoolExecutor(4) as pool:
-                batches = list(pool.map(lambda b: fleet.run([prompt_request(b * 100 + i) for i in range(10)]), range(4)))
-            assert all(not isinstance(r, BaseException) for batch in batches for r in batch)
-            assert max(s.peak_in_flight for s in fleet.replicas) == 2
-        finally:
-            fleet.close()
+    with simulated_fleet(2, time_scale=0.05, cap=2) as (sim, fleet):
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            batches = list(pool.map(lambda b: fleet.run([prompt_request(b * 100 + i) for i in range(10)]), range(4)))
+        assert all(not isinstance(r, BaseException) for batch in batches for r in batch)
+        assert max(s.peak_in_flight for s in fleet.replicas) == 2
 
 
 def chunk_requests(n: int, words: int = 60) -> list[HeaderRequest]:
@@ -173,68 +148,52 @@ def chunk_requests(n: int, words: int = 60) -> list[HeaderRequest]:
 
 def test_header_cache_makes_a_rerun_free(tmp_path):
     store = open_store(None, tmp_path / "s.duckdb")
-    with FleetSimulator(2, time_scale=0.05) as sim:
-        fleet = fleet_for(sim)
-        try:
-            source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), store=store)
-            first = source.generate(chunk_requests(12))
-            assert source.last_stats.requests == 12 and source.last_stats.cache_hits == 0
-            sent = fleet.counters.sent
-            second = source.generate(chunk_requests(12))
-            assert source.last_stats.cache_hits == 12 and fleet.counters.sent == sent
-            assert [r.header for r in second] == [r.header for r in first]
-            # A different prompt version is a different key: no stale hits.
-            other = OpenAIHeaderSource(fleet, load_prompt("header_batch_v1"), token_counter(), store=store)
-            other.generate(chunk_requests(2))
-            assert other.last_stats.cache_hits == 0
-        finally:
-            fleet.close()
+    with simulated_fleet(2, time_scale=0.05) as (sim, fleet):
+        source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), store=store)
+        first = source.generate(chunk_requests(12))
+        assert source.last_stats.requests == 12 and source.last_stats.cache_hits == 0
+        sent = fleet.counters.sent
+        second = source.generate(chunk_requests(12))
+        assert source.last_stats.cache_hits == 12 and fleet.counters.sent == sent
+        assert [r.header for r in second] == [r.header for r in first]
+        # A different prompt version is a different key: no stale hits.
+        other = OpenAIHeaderSource(fleet, load_prompt("header_batch_v1"), token_counter(), store=store)
+        other.generate(chunk_requests(2))
+        assert other.last_stats.cache_hits == 0
 
 
 def test_budget_trims_context_to_max_model_len():
-    with FleetSimulator([ReplicaSpec(max_model_len=700)], time_scale=0.05) as sim:
-        fleet = fleet_for(sim)
-        try:
-            source = OpenAIHeaderSource(fleet, load_prompt(), token_counter())
-            results = source.generate(chunk_requests(6, words=30))
-            assert len(results) == 6 and source.last_stats.trimmed_contexts > 0
-            assert sim.stats()[0]["rejected"] == 0, "no request overflowed the context"
-            with pytest.raises(HeaderGenerationError, match="over the model's context length of 700"):
-                source.generate(chunk_requests(1, words=900))
-        finally:
-            fleet.close()
+    with simulated_fleet([ReplicaSpec(max_model_len=700)], time_scale=0.05) as (sim, fleet):
+        source = OpenAIHeaderSource(fleet, load_prompt(), token_counter())
+        results = source.generate(chunk_requests(6, words=30))
+        assert len(results) == 6 and source.last_stats.trimmed_contexts > 0
+        assert sim.stats()[0]["rejected"] == 0, "no request overflowed the context"
+        with pytest.raises(HeaderGenerationError, match="over the model's context length of 700"):
+            source.generate(chunk_requests(1, words=900))
 
 
 def test_structured_batching_and_fallback():
-    with FleetSimulator(2, time_scale=0.05) as sim:
-        fleet = fleet_for(sim)
-        try:
-            source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), batch_size=4,
-                                        batch_prompt=load_prompt("header_batch_v1"))
-            results = source.generate(chunk_requests(8))
-            assert len(results) == 8 and all(r.header for r in results)
-            assert source.last_stats.batch_requests == 2 and source.last_stats.batch_fallbacks == 0
-            assert source.identity["prompt_version"] == "header-v1+header-batch-v1/k4"
-            sim.set_faults(0, malformed="bad_json")
-            sim.set_faults(1, malformed="bad_json")
-            results = source.generate(chunk_requests(8))
-            assert len(results) == 8 and source.last_stats.batch_fallbacks == 2
-        finally:
-            fleet.close()
+    with simulated_fleet(2, time_scale=0.05) as (sim, fleet):
+        source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), batch_size=4,
+                                    batch_prompt=load_prompt("header_batch_v1"))
+        results = source.generate(chunk_requests(8))
+        assert len(results) == 8 and all(r.header for r in results)
+        assert source.last_stats.batch_requests == 2 and source.last_stats.batch_fallbacks == 0
+        assert source.identity["prompt_version"] == "header-v1+header-batch-v1/k4"
+        sim.set_faults(0, malformed="bad_json")
+        sim.set_faults(1, malformed="bad_json")
+        results = source.generate(chunk_requests(8))
+        assert len(results) == 8 and source.last_stats.batch_fallbacks == 2
 
 
 def test_metrics_sampler_builds_a_timeline():
-    with FleetSimulator(2, time_scale=0.05) as sim:
-        fleet = fleet_for(sim)
-        try:
-            with MetricsSampler(sim.base_urls, interval_s=0.05) as sampler:
-                results_ok(fleet.run([prompt_request(i, words=400) for i in range(64)]))
-                time.sleep(0.2)
-            rows = sampler.timeline.per_second()
-            assert sum(r["prompt_tokens"] for r in rows) > 0
-            assert set(sampler.timeline.samples) == set(sim.base_urls)
-        finally:
-            fleet.close()
+    with simulated_fleet(2, time_scale=0.05) as (sim, fleet):
+        with MetricsSampler(sim.base_urls, interval_s=0.05) as sampler:
+            results_ok(fleet.run([prompt_request(i, words=400) for i in range(64)]))
+            time.sleep(0.2)
+        rows = sampler.timeline.per_second()
+        assert sum(r["prompt_tokens"] for r in rows) > 0
+        assert set(sampler.timeline.samples) == set(sim.base_urls)
 
 
 def test_ingest_through_dagster_on_the_simulated_fleet(tmp_path, samples_dir, settings_factory):
