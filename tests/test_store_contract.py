@@ -155,3 +155,30 @@ def test_dimension_mismatch_is_a_clear_error(store):
     put(store, "a.txt", ["some text"])
     with pytest.raises(StoreError, match="dimension"):
         store.search_dense([1.0, 0.0], "iv-a", 1)
+
+
+def test_aliases_promote_with_history_and_roll_back(store):
+    from contextual_assets.errors import StoreError
+
+    assert store.get_alias("production") is None
+    assert store.set_alias("production", "iv-a", "first") is None
+    assert store.set_alias("production", "iv-b", "better") == "iv-a"
+    assert store.get_alias("production") == "iv-b"
+    assert store.rollback_alias("production") == ("iv-a", "iv-b")
+    assert store.get_alias("production") == "iv-a"
+    assert [h["action"] for h in store.alias_history("production")] == ["promote", "promote", "rollback"]
+    with pytest.raises(StoreError, match="no previous version"):
+        store.rollback_alias("staging")
+
+
+def test_eval_runs_round_trip(store):
+    run = {"run_id": "r1", "index_version": "iv-a", "evaluator_id": "ev1", "evaluator": {"embedder": "x"},
+           "gold_sha256": "g", "metrics": {"hybrid": {"mrr": 0.5}}}
+    task = {"task_id": "t1", "mode": "hybrid", "status": "living", "first_rank": 2, "pass_at_5": 1.0,
+            "pass_at_10": 1.0, "pass_at_20": 1.0, "reciprocal_rank": 0.5, "ndcg_at_10": 0.63}
+    store.save_eval_run(run, [task])
+    store.set_eval_gate("r1", {"passed": True})
+    latest = store.latest_eval_run("iv-a", "ev1")
+    assert latest["metrics"] == {"hybrid": {"mrr": 0.5}} and latest["gate"] == {"passed": True}
+    assert store.latest_eval_run("iv-a", "other") is None
+    assert store.eval_tasks("r1") == [task]

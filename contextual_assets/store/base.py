@@ -234,6 +234,85 @@ class ChunkStore(ABC):
                 self._exec(cur, "INSERT INTO ctx_header_cache (cache_key, header, model, created_at) VALUES (?, ?, ?, ?)",
                            (key, header, model, utc_now()))
 
+    # ---- aliases (promotion with history) ------------------------------------------------------
+    def get_alias(self, name: str) -> str | None:
+        rows = self._query("SELECT index_version FROM ctx_aliases WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def _write_alias(self, cur: Any, name: str, version: str, previous: str | None, action: str, reason: str) -> None:
+        seq = self._fetch(cur, "SELECT coalesce(max(seq), 0) + 1 FROM ctx_alias_history WHERE name = ?", (name,))[0][0]
+        self._exec(cur, "DELETE FROM ctx_aliases WHERE name = ?", (name,))
+        self._exec(cur, "INSERT INTO ctx_aliases (name, index_version, updated_at) VALUES (?, ?, ?)",
+                   (name, version, utc_now()))
+        self._exec(cur, "INSERT INTO ctx_alias_history (name, seq, index_version, previous_version, action, reason, changed_at) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?)", (name, int(seq), version, previous, action, reason, utc_now()))
+
+    def set_alias(self, name: str, version: str, reason: str = "") -> str | None:
+        """Point `name` at `version` atomically and record it; returns the version it pointed at before."""
+        with self._transaction() as cur:
+            rows = self._fetch(cur, "SELECT index_version FROM ctx_aliases WHERE name = ?", (name,))
+            previous = rows[0][0] if rows else None
+            self._write_alias(cur, name, version, previous, "promote", reason)
+        return previous
+
+    def rollback_alias(self, name: str, reason: str = "rollback") -> tuple[str, str]:
+        """Point `name` back at the version it held before its last change: (restored, replaced)."""
+        from ..errors import StoreError
+
+        with self._transaction() as cur:
+            rows = self._fetch(cur, "SELECT index_version, previous_version FROM ctx_alias_history WHERE name = ? "
+                                    "ORDER BY seq DESC LIMIT 1", (name,))
+            if not rows or not rows[0][1]:
+                raise StoreError(f"alias '{name}' has no previous version to roll back to")
+            current, previous = rows[0]
+            self._write_alias(cur, name, previous, current, "rollback", reason)
+        return previous, current
+
+    def alias_history(self, name: str) -> list[dict[str, Any]]:
+        rows = self._query("SELECT seq, index_version, previous_version, action, reason, changed_at FROM ctx_alias_history "
+                           "WHERE name = ? ORDER BY seq", (name,))
+        return [{"seq": int(r[0]), "index_version": r[1], "previous_version": r[2], "action": r[3], "reason": r[4],
+                 "at": r[5]} for r in rows]
+
+    # ---- evaluation results ---------------------------------------------------------------------
+    def save_eval_run(self, run: dict[str, Any], tasks: Sequence[dict[str, Any]]) -> None:
+        with self._transaction() as cur:
+            self._exec(cur, "INSERT INTO ctx_eval_runs (run_id, index_version, evaluator_id, evaluator, gold_sha256, "
+                       "created_at, metrics, gate) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (run["run_id"], run["index_version"], run["evaluator_id"], json.dumps(run["evaluator"]),
+                        run["gold_sha256"], utc_now(), json.dumps(run["metrics"]), json.dumps(run.get("gate"))))
+            for t in tasks:
+                self._exec(cur, "INSERT INTO ctx_eval_tasks (run_id, task_id, mode, status, first_rank, pass_at_5, "
+                           "pass_at_10, pass_at_20, reciprocal_rank, ndcg_at_10) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (run["run_id"], t["task_id"], t["mode"], t["status"], t["first_rank"], t["pass_at_5"],
+                            t["pass_at_10"], t["pass_at_20"], t["reciprocal_rank"], t["ndcg_at_10"]))
+
+    def set_eval_gate(self, run_id: str, gate: dict[str, Any]) -> None:
+        with self._transaction() as cur:
+            self._exec(cur, "UPDATE ctx_eval_runs SET gate = ? WHERE run_id = ?", (json.dumps(gate), run_id))
+
+    def latest_eval_run(self, index_version: str, evaluator_id: str | None = None) -> dict[str, Any] | None:
+        sql = ("SELECT run_id, index_version, evaluator_id, evaluator, gold_sha256, created_at, metrics, gate "
+               "FROM ctx_eval_runs WHERE index_version = ?")
+        params: list[Any] = [index_version]
+        if evaluator_id is not None:
+            sql += " AND evaluator_id = ?"
+            params.append(evaluator_id)
+        rows = self._query(sql + " ORDER BY created_at DESC, run_id DESC LIMIT 1", params)
+        if not rows:
+            return None
+        r = rows[0]
+        return {"run_id": r[0], "index_version": r[1], "evaluator_id": r[2], "evaluator": json.loads(r[3]),
+                "gold_sha256": r[4], "created_at": r[5], "metrics": json.loads(r[6]),
+                "gate": json.loads(r[7]) if r[7] else None}
+
+    def eval_tasks(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._query("SELECT task_id, mode, status, first_rank, pass_at_5, pass_at_10, pass_at_20, reciprocal_rank, "
+                           "ndcg_at_10 FROM ctx_eval_tasks WHERE run_id = ? ORDER BY mode, task_id", (run_id,))
+        keys = ("task_id", "mode", "status", "first_rank", "pass_at_5", "pass_at_10", "pass_at_20", "reciprocal_rank",
+                "ndcg_at_10")
+        return [dict(zip(keys, r)) for r in rows]
+
     def header_cache_size(self) -> int:
         return int(self._query("SELECT count(*) FROM ctx_header_cache")[0][0])
 

@@ -128,3 +128,7 @@ class DuckDBChunkStore(ChunkStore):
     replace_document = _retry_on_lock(ChunkStore.replace_document)
     purge_document = _retry_on_lock(ChunkStore.purge_document)
     cache_headers = _retry_on_lock(ChunkStore.cache_headers)
+    set_alias = _retry_on_lock(ChunkStore.set_alias)
+    rollback_alias = _retry_on_lock(ChunkStore.rollback_alias)
+    save_eval_run = _retry_on_lock(ChunkStore.save_eval_run)
+    set_eval_gate = _retry_on_lock(ChunkStore.set_eval_gate)

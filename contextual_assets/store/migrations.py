@@ -23,6 +23,21 @@ _CHUNKS = """CREATE TABLE IF NOT EXISTS ctx_chunks (
 _HEADER_CACHE = """CREATE TABLE IF NOT EXISTS ctx_header_cache (
         cache_key TEXT PRIMARY KEY, header TEXT NOT NULL, model TEXT NOT NULL, created_at TEXT NOT NULL)"""
 
+_EVAL_AND_ALIASES = [
+    """CREATE TABLE IF NOT EXISTS ctx_aliases (
+        name TEXT PRIMARY KEY, index_version TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ctx_alias_history (
+        name TEXT NOT NULL, seq INTEGER NOT NULL, index_version TEXT NOT NULL, previous_version TEXT,
+        action TEXT NOT NULL, reason TEXT, changed_at TEXT NOT NULL, PRIMARY KEY (name, seq))""",
+    """CREATE TABLE IF NOT EXISTS ctx_eval_runs (
+        run_id TEXT PRIMARY KEY, index_version TEXT NOT NULL, evaluator_id TEXT NOT NULL, evaluator TEXT NOT NULL,
+        gold_sha256 TEXT NOT NULL, created_at TEXT NOT NULL, metrics TEXT NOT NULL, gate TEXT)""",
+    """CREATE TABLE IF NOT EXISTS ctx_eval_tasks (
+        run_id TEXT NOT NULL, task_id TEXT NOT NULL, mode TEXT NOT NULL, status TEXT NOT NULL,
+        first_rank INTEGER, pass_at_5 DOUBLE PRECISION, pass_at_10 DOUBLE PRECISION, pass_at_20 DOUBLE PRECISION,
+        reciprocal_rank DOUBLE PRECISION, ndcg_at_10 DOUBLE PRECISION, PRIMARY KEY (run_id, task_id, mode))""",
+]
+
 MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
     "duckdb": [
         (1, _COMMON_V1 + [
@@ -30,6 +45,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
             "CREATE INDEX IF NOT EXISTS ctx_chunks_doc ON ctx_chunks (doc_id)",
         ]),
         (2, [_HEADER_CACHE]),
+        (3, _EVAL_AND_ALIASES),
     ],
     "postgres": [
         (1, ["CREATE EXTENSION IF NOT EXISTS vector"] + _COMMON_V1 + [
@@ -38,6 +54,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
             "CREATE INDEX IF NOT EXISTS ctx_chunks_version ON ctx_chunks (index_version, embedding_dim)",
         ]),
         (2, [_HEADER_CACHE]),
+        (3, _EVAL_AND_ALIASES),
     ],
 }
 
