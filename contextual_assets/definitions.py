@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from eval_assets.assets import retrieval_eval
+from eval_assets.assets import eval_assets_list, eval_checks
+from eval_assets.resources import EvalGateResource
 
 from .assets import ingest_assets
 from .resources import ChunkStoreResource, EmbedderResource, HeaderSourceResource, ParsingResource
@@ -28,6 +29,8 @@ def build_resources(settings: PlatformSettings) -> dict[str, dg.ConfigurableReso
                                         context_tokens=settings.context_tokens),
         "embedder": EmbedderResource(base_url=settings.embed_base_url, model=settings.embed_model,
                                      api_key_env=settings.embed_api_key_env),
+        "gate": EvalGateResource(gold_path=settings.gold_path, floors_json=settings.gate_floors_json,
+                                 tolerance=settings.gate_tolerance, exceptions_path=settings.gate_exceptions_path),
     }
 
 
@@ -39,11 +42,19 @@ ingest_job = dg.define_asset_job(
 )
 
 
+evaluate_and_promote_job = dg.define_asset_job(
+    "evaluate_and_promote",
+    selection=dg.AssetSelection.assets("retrieval_eval", "promoted_index"),
+    description="Evaluate the candidate index version against production; promote it only if eval_gate passes.",
+)
+
+
 def build_definitions(settings: PlatformSettings | None = None) -> dg.Definitions:
     settings = settings or PlatformSettings.from_env()
     return dg.Definitions(
-        assets=[*ingest_assets, retrieval_eval],
-        jobs=[ingest_job],
+        assets=[*ingest_assets, *eval_assets_list],
+        asset_checks=eval_checks,
+        jobs=[ingest_job, evaluate_and_promote_job],
         sensors=[build_new_documents_sensor(ingest_job, settings.inbox)],
         resources=build_resources(settings),
         # One process per run, not per step: a step process costs ~3 s of imports per document.

@@ -1,25 +1,34 @@
-"""Run a gold set against one index version and grade the rankings."""
+"""Run a gold set against one index version and grade the rankings against raw chunk text."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import statistics
+import uuid
 
 from pydantic import BaseModel
 
 from contextual_assets.embedding import Embedder
+from contextual_assets.models import SearchHit
 from contextual_assets.store import ChunkStore
 
 from .gold import GoldSet
+from .hygiene import BROKEN, LIVING, STALE, classify
 from .metrics import first_gold_rank, ndcg_at_k, pass_at_k, reciprocal_rank
 
 MODES = ("dense", "lexical", "hybrid")
-GRADER_VERSION = "graders-v1"
+GRADER_VERSION = "graders-v2"
+DEPTH = 20
+RRF_CONSTANT = 60
+HYBRID_CANDIDATES = 100
 
 
 class TaskResult(BaseModel):
     task_id: str
     mode: str
-    first_gold_rank: int | None
+    status: str
+    first_rank: int | None
     pass_at_5: float
     pass_at_10: float
     pass_at_20: float
@@ -29,7 +38,7 @@ class TaskResult(BaseModel):
 
 class ModeMetrics(BaseModel):
     mode: str
-    n_queries: int
+    n_queries: int  # living tasks graded
     pass_at_5: float
     pass_at_10: float
     pass_at_20: float
@@ -38,46 +47,81 @@ class ModeMetrics(BaseModel):
 
 
 class EvalReport(BaseModel):
+    run_id: str
     index_version: str
     gold_set: str
     gold_sha256: str
-    grader_version: str = GRADER_VERSION
-    embedder: str
+    evaluator_id: str
+    evaluator: dict
     metrics: dict[str, ModeMetrics]
     tasks: list[TaskResult]
+    stale: list[str]
+    broken: list[str]
+    hybrid_hits: dict[str, list[SearchHit]] = {}
+
+    @property
+    def unhealthy_share(self) -> float:
+        total = len({t.task_id for t in self.tasks})
+        return (len(self.stale) + len(self.broken)) / total if total else 0.0
+
+    def rows(self) -> list[dict]:
+        return [t.model_dump() for t in self.tasks]
+
+
+def evaluator_identity(embedder: Embedder, gold: GoldSet, modes: tuple[str, ...]) -> tuple[str, dict]:
+    """Who graded: results of different evaluators are never compared as if equal."""
+    identity = {
+        "embedder": embedder.identity, "modes": list(modes), "depth": DEPTH, "rrf_constant": RRF_CONSTANT,
+        "hybrid_candidates": HYBRID_CANDIDATES, "grader_version": GRADER_VERSION, "gold_sha256": gold.sha256,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16], identity
 
 
 def evaluate(store: ChunkStore, embedder: Embedder, gold: GoldSet, index_version: str,
-             modes: tuple[str, ...] = MODES, depth: int = 20) -> EvalReport:
+             modes: tuple[str, ...] = MODES) -> EvalReport:
+    snapshot = store.snapshot(index_version)
+    statuses = classify(gold, snapshot.hits)
     queries = [t.query for t in gold.tasks]
     vectors = embedder.embed(queries) if any(m != "lexical" for m in modes) else [[]] * len(queries)
     results: list[TaskResult] = []
+    hybrid_hits: dict[str, list[SearchHit]] = {}
     for mode in modes:
         for task, vector in zip(gold.tasks, vectors):
             if mode == "dense":
-                hits = store.search_dense(vector, index_version, depth)
+                hits = store.search_dense(vector, index_version, DEPTH)
             elif mode == "lexical":
-                hits = store.search_lexical(task.query, index_version, depth)
+                hits = store.search_lexical(task.query, index_version, DEPTH)
             else:
-                hits = store.search_hybrid(task.query, vector, index_version, depth)
+                hits = store.search_hybrid(task.query, vector, index_version, DEPTH, candidates=HYBRID_CANDIDATES)
+                hybrid_hits[task.id] = hits
             ranking = [task.satisfied_by(h.text) for h in hits]
             n_gold = len(task.evidence)
             results.append(TaskResult(
-                task_id=task.id, mode=mode, first_gold_rank=first_gold_rank(ranking),
+                task_id=task.id, mode=mode, status=statuses[task.id], first_rank=first_gold_rank(ranking),
                 pass_at_5=pass_at_k(ranking, n_gold, 5), pass_at_10=pass_at_k(ranking, n_gold, 10),
                 pass_at_20=pass_at_k(ranking, n_gold, 20), reciprocal_rank=reciprocal_rank(ranking),
                 ndcg_at_10=ndcg_at_k(ranking, n_gold, 10),
             ))
     metrics = {}
     for mode in modes:
-        rows = [r for r in results if r.mode == mode]
-        metrics[mode] = ModeMetrics(
-            mode=mode, n_queries=len(rows),
-            pass_at_5=statistics.mean(r.pass_at_5 for r in rows),
-            pass_at_10=statistics.mean(r.pass_at_10 for r in rows),
-            pass_at_20=statistics.mean(r.pass_at_20 for r in rows),
-            mrr=statistics.mean(r.reciprocal_rank for r in rows),
-            ndcg_at_10=statistics.mean(r.ndcg_at_10 for r in rows),
-        )
-    return EvalReport(index_version=index_version, gold_set=gold.name, gold_sha256=gold.sha256,
-                      embedder=embedder.identity, metrics=metrics, tasks=results)
+        rows = [r for r in results if r.mode == mode and r.status == LIVING]
+        mean = (lambda name: statistics.mean(getattr(r, name) for r in rows)) if rows else (lambda name: 0.0)
+        metrics[mode] = ModeMetrics(mode=mode, n_queries=len(rows), pass_at_5=mean("pass_at_5"),
+                                    pass_at_10=mean("pass_at_10"), pass_at_20=mean("pass_at_20"),
+                                    mrr=mean("reciprocal_rank"), ndcg_at_10=mean("ndcg_at_10"))
+    evaluator_id, identity = evaluator_identity(embedder, gold, modes)
+    return EvalReport(
+        run_id=uuid.uuid4().hex, index_version=index_version, gold_set=gold.name, gold_sha256=gold.sha256,
+        evaluator_id=evaluator_id, evaluator=identity, metrics=metrics, tasks=results,
+        stale=sorted(t for t, s in statuses.items() if s == STALE),
+        broken=sorted(t for t, s in statuses.items() if s == BROKEN), hybrid_hits=hybrid_hits,
+    )
+
+
+def save_report(store: ChunkStore, report: EvalReport, gate: dict | None = None) -> None:
+    store.save_eval_run(
+        {"run_id": report.run_id, "index_version": report.index_version, "evaluator_id": report.evaluator_id,
+         "evaluator": report.evaluator, "gold_sha256": report.gold_sha256,
+         "metrics": {m: v.model_dump() for m, v in report.metrics.items()}, "gate": gate},
+        report.rows(),
+    )

@@ -59,9 +59,9 @@ def test_retrieval_eval_asset_reports_metrics(tmp_path, samples_dir, settings_fa
         assert result.success
         (materialization,) = result.asset_materializations_for_node("retrieval_eval")
         metadata = materialization.metadata
-        assert metadata["n_queries"].value == 5
+        assert metadata["n_tasks"].value == 5 and metadata["n_living"].value == 5
         for mode in ("dense", "lexical", "hybrid"):
             for name in ("pass_at_5", "pass_at_10", "pass_at_20", "mrr", "ndcg_at_10"):
                 assert 0.0 <= metadata[f"{mode}_{name}"].value <= 1.0
         assert metadata["hybrid_pass_at_10"].value >= 0.8
-        assert "| hybrid |" in metadata["summary"].value
+        assert "| candidate hybrid |" in metadata["comparison"].value and metadata["gate_passed"].value

@@ -1,0 +1,273 @@
+"""Diagnostic graders: pure functions over rankings, scores and generated headers.
+
+Nothing here reads files, calls a model or touches the store; callers pass in what they have
+already computed (ranks per task, ranked hits, headers and chunk texts, optionally an `embed`
+function) and get plain numbers and dicts back.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "NEAR_DUPLICATE_CAP",
+    "header_diagnostics",
+    "rank_shift",
+    "score_spread",
+    "within_section_confusion",
+    "worst_regressions",
+]
+
+# Pairwise near-duplicate comparison is quadratic; beyond this many non-empty headers it runs on a
+# deterministic sample of this size (exact duplicates are still found among all headers).
+NEAR_DUPLICATE_CAP = 2000
+_TEMPLATE_MIN_SHARED = 3
+_NEAR_DUPLICATE_JACCARD = 0.8
+_SHINGLE = 3
+_WORD = re.compile(r"\w+")
+_DIGIT = re.compile(r"\d+")
+
+
+# --------------------------------------------------------------------------------------------
+# Rank movement between two runs
+# --------------------------------------------------------------------------------------------
+
+
+def _effective_rank(rank: int | None, depth: int) -> int:
+    """A missing rank, or one deeper than `depth`, counts as depth + 1."""
+    if rank is None or rank > depth:
+        return depth + 1
+    return rank
+
+
+def rank_shift(before: dict[str, int | None], after: dict[str, int | None], depth: int = 20) -> dict[str, int]:
+    """Per task id present in both runs: after_rank - before_rank (positive = the gold got worse).
+
+    A missing rank (None) counts as depth + 1; so does a rank deeper than `depth`, so that runs
+    retrieved to different depths compare fairly.
+    """
+    return {
+        task_id: _effective_rank(after[task_id], depth) - _effective_rank(before[task_id], depth)
+        for task_id in before
+        if task_id in after
+    }
+
+
+def worst_regressions(
+    before: dict[str, int | None],
+    after: dict[str, int | None],
+    queries: dict[str, str],
+    n: int = 5,
+    depth: int = 20,
+) -> list[dict]:
+    """The `n` tasks whose first gold rank got worst, with their query and both ranks.
+
+    Each row has task_id, query ("" when unknown), rank_before, rank_after (as given, None when
+    missing) and shift (see `rank_shift`). Only shift > 0; sorted by shift descending, then task id.
+    """
+    shifts = rank_shift(before, after, depth)
+    worse = sorted(((s, t) for t, s in shifts.items() if s > 0), key=lambda pair: (-pair[0], pair[1]))
+    return [
+        {
+            "task_id": task_id,
+            "query": queries.get(task_id, ""),
+            "rank_before": before[task_id],
+            "rank_after": after[task_id],
+            "shift": shift,
+        }
+        for shift, task_id in worse[: max(0, n)]
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Ranking-level diagnostics
+# --------------------------------------------------------------------------------------------
+
+
+def within_section_confusion(tasks: list[list[tuple[str, tuple[str, ...], bool]]]) -> float:
+    """Share of tasks in which a sibling chunk outranks the gold one.
+
+    Each task is its ranked hits as (doc_id, section_path, is_gold). Among tasks where a gold chunk
+    appears at all, counts those where some non-gold chunk of the same document and the same
+    section path as the *first* gold chunk ranks above it. 0.0 when no task has a gold chunk.
+    """
+    with_gold = 0
+    confused = 0
+    for hits in tasks:
+        first = next((i for i, (_, _, gold) in enumerate(hits) if gold), None)
+        if first is None:
+            continue
+        with_gold += 1
+        doc_id, path, _ = hits[first]
+        key = (doc_id, tuple(path))
+        if any(not gold and (d, tuple(p)) == key for d, p, gold in hits[:first]):
+            confused += 1
+    return confused / with_gold if with_gold else 0.0
+
+
+def score_spread(tasks: list[list[tuple[float, bool]]]) -> float | None:
+    """Mean margin of the best gold score over the best non-gold score (positive = gold wins).
+
+    Each task is its hits as (score, is_gold). Tasks lacking either a gold or a non-gold hit are
+    left out; None when no task has both.
+    """
+    gaps: list[float] = []
+    for hits in tasks:
+        gold = [score for score, is_gold in hits if is_gold]
+        other = [score for score, is_gold in hits if not is_gold]
+        if gold and other:
+            gaps.append(max(gold) - max(other))
+    return sum(gaps) / len(gaps) if gaps else None
+
+
+# --------------------------------------------------------------------------------------------
+# Header diagnostics
+# --------------------------------------------------------------------------------------------
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def _header_template(header: str, text: str) -> str:
+    """Lowercase, each run of digits -> '0', drop words that also occur in the chunk, normalise whitespace."""
+    chunk_words = {_DIGIT.sub("0", w) for w in _words(text)}
+    kept = []
+    for token in _DIGIT.sub("0", header.lower()).split():
+        core = "".join(_WORD.findall(token))
+        if core and core in chunk_words:
+            continue
+        kept.append(token)
+    return " ".join(kept)
+
+
+def _shingles(header: str) -> frozenset[tuple[str, ...]]:
+    """Word 3-grams of a header; a header shorter than three words is one shingle."""
+    words = header.lower().split()
+    if len(words) < _SHINGLE:
+        return frozenset([tuple(words)]) if words else frozenset()
+    return frozenset(tuple(words[i : i + _SHINGLE]) for i in range(len(words) - _SHINGLE + 1))
+
+
+def _near_duplicates(headers: Sequence[str], indices: list[int]) -> set[int]:
+    """Indices (of `headers`) with a word-shingle Jaccard >= 0.8 to another header.
+
+    Exact duplicates (identical shingle sets) are found among all `indices` by hashing. The
+    pairwise comparison is O(m^2) and runs on at most NEAR_DUPLICATE_CAP indices: beyond that, on a
+    sample drawn with a fixed seed, so the result is deterministic but may miss some pairs.
+    """
+    shingles = {i: _shingles(headers[i]) for i in indices}
+    flagged: set[int] = set()
+    groups: dict[frozenset, list[int]] = {}
+    for i in indices:
+        if shingles[i]:
+            groups.setdefault(shingles[i], []).append(i)
+    for members in groups.values():
+        if len(members) > 1:
+            flagged.update(members)
+
+    pool = [i for i in indices if shingles[i]]
+    if len(pool) > NEAR_DUPLICATE_CAP:
+        pool = sorted(random.Random(0).sample(pool, NEAR_DUPLICATE_CAP))
+    # Sort by size: |A ∩ B| / |A ∪ B| <= |A| / |B| for |A| <= |B|, so stop once the size ratio fails.
+    pool.sort(key=lambda i: (len(shingles[i]), i))
+    for a_pos, a in enumerate(pool):
+        set_a = shingles[a]
+        for b in pool[a_pos + 1 :]:
+            set_b = shingles[b]
+            if len(set_a) < _NEAR_DUPLICATE_JACCARD * len(set_b):
+                break
+            if a in flagged and b in flagged:
+                continue
+            inter = len(set_a & set_b)
+            if inter and inter / (len(set_a) + len(set_b) - inter) >= _NEAR_DUPLICATE_JACCARD:
+                flagged.update((a, b))
+    return flagged
+
+
+def _cosines(left: list[list[float]], right: list[list[float]]) -> np.ndarray:
+    a = np.asarray(left, dtype=np.float64)
+    b = np.asarray(right, dtype=np.float64)
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    dots = np.einsum("ij,ij->i", a, b)
+    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+
+
+def _token_jaccard(left: str, right: str) -> float:
+    a, b = set(_words(left)), set(_words(right))
+    if not a and not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def header_diagnostics(
+    headers: list[str],
+    texts: list[str],
+    embed: Callable[[list[str]], list[list[float]]] | None = None,
+) -> dict:
+    """Health of generated situating headers, given each header and its chunk's raw text.
+
+    Returns a dict with
+      n                        number of headers;
+      mean_header_words        mean whitespace word count (empty headers count 0);
+      empty_rate               share of empty (blank) headers;
+      templated_rate           share of all headers that are templated: their template (lowercased,
+                               each run of digits -> '0', words that also appear in their own chunk removed,
+                               whitespace normalised) is non-empty and shared by >= 3 headers, or
+                               they are near-duplicates (word 3-gram Jaccard >= 0.8) of another
+                               header. Templates are counted with a hash map (linear); the pairwise
+                               near-duplicate check runs on at most NEAR_DUPLICATE_CAP (2,000)
+                               non-empty headers, a fixed-seed sample beyond that (exact duplicates
+                               are still caught among all);
+      header_chunk_similarity  mean cosine of embed(header) and embed(text) when `embed` is given,
+                               else mean token Jaccard; None when every header is empty;
+      header_dominance         with `embed` only: share of chunks whose embed(header + "\\n\\n" + text)
+                               is closer (cosine) to embed(header) than to embed(text); else None.
+    Empty headers are left out of the similarity and dominance means. `embed` is called at most
+    three times, each with one batch of strings.
+    """
+    if len(headers) != len(texts):
+        raise ValueError(f"{len(headers)} headers but {len(texts)} texts")
+    n = len(headers)
+    result: dict = {
+        "n": n,
+        "mean_header_words": 0.0,
+        "empty_rate": 0.0,
+        "templated_rate": 0.0,
+        "header_chunk_similarity": None,
+        "header_dominance": None,
+    }
+    if n == 0:
+        return result
+    present = [i for i, h in enumerate(headers) if h.strip()]
+    result["mean_header_words"] = sum(len(h.split()) for h in headers) / n
+    result["empty_rate"] = (n - len(present)) / n
+
+    templates = {i: _header_template(headers[i], texts[i]) for i in present}
+    counts = Counter(t for t in templates.values() if t)
+    templated = {i for i, t in templates.items() if t and counts[t] >= _TEMPLATE_MIN_SHARED}
+    templated |= _near_duplicates(headers, present)
+    result["templated_rate"] = len(templated) / n
+
+    if not present:
+        return result
+    kept_headers = [headers[i] for i in present]
+    kept_texts = [texts[i] for i in present]
+    if embed is None:
+        result["header_chunk_similarity"] = sum(
+            _token_jaccard(h, t) for h, t in zip(kept_headers, kept_texts)
+        ) / len(present)
+        return result
+    header_vectors = embed(kept_headers)
+    text_vectors = embed(kept_texts)
+    joint_vectors = embed([f"{h}\n\n{t}" for h, t in zip(kept_headers, kept_texts)])
+    result["header_chunk_similarity"] = float(np.mean(_cosines(header_vectors, text_vectors)))
+    to_header = _cosines(joint_vectors, header_vectors)
+    to_text = _cosines(joint_vectors, text_vectors)
+    result["header_dominance"] = float(np.mean(to_header > to_text))
+    return result
