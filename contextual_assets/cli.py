@@ -71,7 +71,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     settings = _settings()
     resources = build_resources(settings)
     store = resources["store"].open()
-    version = args.version or _current_version(resources)
+    # The promoted index by default; the version the current settings build until one is promoted.
+    version = args.version or store.get_alias(args.alias) or _current_version(resources)
     if store.count_chunks(version) == 0:
         known = ", ".join(f"{v['index_version']} ({v['chunks']} chunks)" for v in store.index_versions()) or "none"
         print(f"index version {version} holds no chunks (known versions: {known}); ingest first or pass --version",
@@ -119,13 +120,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         "header_source": source,
         "header_warning": warning,
         "current_index_version": _current_version(resources),
+        "production": store.get_alias("production"),
         "sources": len(store.list_sources()),
         "index_versions": store.index_versions(),
     }
     if args.json:
         print(json.dumps(status, indent=2))
         return EXIT_OK
-    for key in ("store", "schema_version", "inbox", "header_source", "current_index_version", "sources"):
+    for key in ("store", "schema_version", "inbox", "header_source", "current_index_version", "production", "sources"):
         print(f"{key:22s} {status[key]}")
     if warning:
         print(f"{'note':22s} {warning}")
@@ -134,6 +136,50 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  {v['index_version']}  {v['documents']:4d} docs {v['chunks']:6d} chunks  "
               f"{fp['header_source']}/{fp['header_model']} {fp['embedder']} {fp['chunker']}")
     return EXIT_OK
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from .definitions import build_resources
+
+    store = build_resources(_settings())["store"].open()
+    restored, replaced = store.rollback_alias(args.alias, reason=args.reason)
+    print(f"{args.alias}: {replaced} -> {restored}")
+    return EXIT_OK
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Run `evaluate_and_promote` (retrieval_eval, its checks, promoted_index) in this process."""
+    settings = _settings()
+    from .service import ensure_dagster_home
+
+    ensure_dagster_home(settings.home)
+    import dagster as dg
+
+    from .definitions import build_definitions, build_resources
+
+    defs = build_definitions(settings)
+    config = {"gold_path": args.gold, "index_version": args.version}
+    with dg.DagsterInstance.get() as instance:
+        result = defs.resolve_job_def("evaluate_and_promote").execute_in_process(
+            instance=instance, raise_on_error=False, run_config={
+                "ops": {"retrieval_eval": {"config": config}},
+                "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}})
+    evaluations = [e.asset_check_evaluation_data for e in result.all_events
+                   if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    for check in evaluations:
+        print(f"check {check.check_name:20s} {'passed' if check.passed else 'FAILED'}")
+    materialized = {e.step_materialization_data.materialization.asset_key.to_user_string():
+                    e.step_materialization_data.materialization for e in result.get_asset_materialization_events()}
+    if "retrieval_eval" not in materialized:
+        from .service import failure_message
+
+        print(f"error: {failure_message(result)}", file=sys.stderr)
+        return EXIT_FAILED
+    print(materialized["retrieval_eval"].metadata["comparison"].value)
+    store = build_resources(settings)["store"].open()
+    print(f"production -> {store.get_alias('production') or 'none'}")
+    gate = next((c for c in evaluations if c.check_name == "eval_gate"), None)
+    return EXIT_OK if gate is not None and gate.passed else EXIT_FAILED
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,9 +194,19 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     search.add_argument("-k", type=int, default=5)
     search.add_argument("--mode", choices=["hybrid", "dense", "lexical"], default="hybrid")
-    search.add_argument("--version", default="", help="index version (default: the one current settings build)")
+    search.add_argument("--version", default="",
+                        help="index version (default: the 'production' alias, else the one current settings build)")
+    search.add_argument("--alias", default="production", help=argparse.SUPPRESS)
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=cmd_search)
+    rollback = sub.add_parser("rollback", help="point the production alias back at its previous version")
+    rollback.add_argument("--alias", default="production")
+    rollback.add_argument("--reason", default="manual rollback")
+    rollback.set_defaults(func=cmd_rollback)
+    evaluate = sub.add_parser("eval", help="evaluate the candidate index against production; promote if the gate passes")
+    evaluate.add_argument("--gold", default="", help="gold file (default: CTX_GOLD_FILE)")
+    evaluate.add_argument("--version", default="", help="candidate index version (default: current settings)")
+    evaluate.set_defaults(func=cmd_evaluate)
     status = sub.add_parser("status", help="store, settings and index versions")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)

@@ -76,3 +76,23 @@ def test_clear_errors_and_exit_codes(tmp_path, env):
     assert bad_source.returncode == 2 and "unknown header source 'gpt'" in bad_source.stderr
     usage = run_ctx(env, "frobnicate")
     assert usage.returncode == 2
+
+
+def test_eval_promote_search_rollback(tmp_path, env, samples_dir):
+    import json as _json
+
+    corpus = tmp_path / "docs"
+    copy_into([samples_dir / "employee_handbook.pdf", samples_dir / "rate_limiter.py"], corpus)
+    run_ctx(env, "ingest", str(corpus), check=True)
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text(_json.dumps({"query": "hotel limit per night in London",
+                                 "evidence": [{"text": "EUR 210 per night in London"}]}) + "\n")
+    evaluated = run_ctx(env, "eval", "--gold", str(gold))
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert "check eval_gate" in evaluated.stdout and "passed" in evaluated.stdout
+    status = _json.loads(run_ctx(env, "status", "--json", check=True).stdout)
+    assert status["production"] == status["current_index_version"]
+    hits = _json.loads(run_ctx(env, "search", "London hotel", "--json", check=True).stdout)
+    assert hits[0]["index_version"] == status["production"]
+    rollback = run_ctx(env, "rollback")
+    assert rollback.returncode == 2 and "no previous version" in rollback.stderr
