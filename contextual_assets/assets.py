@@ -7,7 +7,7 @@ import time
 
 import dagster as dg
 
-from .errors import ContextualError, DocumentError
+from .errors import ContextualError, DocumentError, StaleDocumentError
 from .fleet.metrics import MetricsSampler
 from .headers.openai_source import OpenAIHeaderSource
 from .index_version import index_fingerprint, index_version_of
@@ -184,14 +184,14 @@ def chunk_embeddings(
     chunk_store = store.open()
     commit_started = time.monotonic()
     chunk_store.register_index_version(document.index_version, document.fingerprint)
-    chunk_store.replace_document(
-        DocumentRecord(
-            doc_id=document.doc_id, index_version=document.index_version, source_path=document.source_path,
-            kind=document.kind, title=document.title, file_hash=document.file_hash, n_chunks=len(embedded),
-            updated_at="",
-        ),
-        embedded,
+    record = DocumentRecord(
+        doc_id=document.doc_id, index_version=document.index_version, source_path=document.source_path,
+        kind=document.kind, title=document.title, file_hash=document.file_hash, n_chunks=len(embedded), updated_at="",
     )
+    try:
+        chunk_store.replace_document(record, embedded, require_current_source=True)
+    except StaleDocumentError as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
     commit_s = time.monotonic() - commit_started
     return dg.MaterializeResult(
         metadata={

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 
 from eval_assets.assets import eval_assets_list, eval_checks
@@ -15,7 +17,11 @@ from .settings import PlatformSettings
 
 def build_resources(settings: PlatformSettings) -> dict[str, dg.ConfigurableResource]:
     return {
-        "store": ChunkStoreResource(database_url=settings.database_url, duckdb_path=settings.duckdb_path),
+        # A URL that came from DATABASE_URL stays there (read at use), out of run config and the UI.
+        "store": ChunkStoreResource(
+            database_url="" if settings.database_url == os.environ.get("DATABASE_URL", "").strip() else settings.database_url,
+            duckdb_path=settings.duckdb_path,
+        ),
         "parsing": ParsingResource(chunk_tokens=settings.chunk_tokens, max_file_mb=settings.max_file_mb,
                                    max_pdf_pages=settings.max_pdf_pages),
         "headers": HeaderSourceResource(source=settings.header_source, base_urls=settings.llm_base_urls,
@@ -34,23 +40,20 @@ def build_resources(settings: PlatformSettings) -> dict[str, dg.ConfigurableReso
     }
 
 
-ingest_job = dg.define_asset_job(
-    "ingest_documents",
-    selection=dg.AssetSelection.groups("ingest"),
-    tags={"ctx/kind": "ingest"},
-    description="Parse, header, embed and commit one document partition.",
-)
-
-
-evaluate_and_promote_job = dg.define_asset_job(
-    "evaluate_and_promote",
-    selection=dg.AssetSelection.assets("retrieval_eval", "promoted_index"),
-    description="Evaluate the candidate index version against production; promote it only if eval_gate passes.",
-)
-
-
 def build_definitions(settings: PlatformSettings | None = None) -> dg.Definitions:
     settings = settings or PlatformSettings.from_env()
+    # Job objects are built per Definitions: Dagster caches resolution state on them.
+    ingest_job = dg.define_asset_job(
+        "ingest_documents",
+        selection=dg.AssetSelection.groups("ingest"),
+        tags={"ctx/kind": "ingest"},
+        description="Parse, header, embed and commit one document partition.",
+    )
+    evaluate_and_promote_job = dg.define_asset_job(
+        "evaluate_and_promote",
+        selection=dg.AssetSelection.assets("retrieval_eval", "promoted_index"),
+        description="Evaluate the candidate index version against production; promote it only if eval_gate passes.",
+    )
     return dg.Definitions(
         assets=[*ingest_assets, *eval_assets_list],
         asset_checks=eval_checks,

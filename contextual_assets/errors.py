@@ -26,3 +26,7 @@ class HeaderGenerationError(ContextualError):
 
 class StoreError(ContextualError):
     """The chunk store rejected an operation."""
+
+
+class StaleDocumentError(StoreError):
+    """A run's document is no longer the registered one (changed or removed meanwhile)."""

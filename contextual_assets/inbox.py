@@ -53,7 +53,7 @@ def scan_inbox(root: Path, previous: InboxState) -> tuple[InboxState, list[str]]
                 refused.append(str(exc))
                 continue
             except OSError:
-                continue  # vanished between listing and stat
+                continue  # vanished between listing and stat: the sensor checks it is really gone
             old = previous.entries.get(key)
             if old is not None and old.size == stat.st_size and old.mtime_ns == stat.st_mtime_ns:
                 sha = old.sha256
@@ -61,6 +61,8 @@ def scan_inbox(root: Path, previous: InboxState) -> tuple[InboxState, list[str]]
                 try:
                     sha = file_sha256(path)
                 except OSError:
+                    if old is not None:  # unreadable for now (a copy in progress): keep what we knew
+                        state.entries[key] = old
                     continue
             state.entries[key] = InboxEntry(key=key, path=str(path.absolute()), size=stat.st_size,
                                             mtime_ns=stat.st_mtime_ns, sha256=sha)

@@ -36,15 +36,20 @@ def clear_store_cache() -> None:
 class ChunkStoreResource(dg.ConfigurableResource):
     """Postgres + pgvector when `database_url` is set, else the embedded DuckDB file."""
 
-    database_url: str = ""
+    database_url: str = ""  # explicit URL (tests); production leaves it empty and sets the variable below
+    database_url_env: str = "DATABASE_URL"  # read at open(): the URL and its password never enter config
     duckdb_path: str = ".ctx/index.duckdb"
 
+    def url(self) -> str:
+        return self.database_url or os.environ.get(self.database_url_env, "").strip()
+
     def open(self) -> ChunkStore:
-        key = (self.database_url, os.path.abspath(self.duckdb_path))
+        url = self.url()
+        key = (url, os.path.abspath(self.duckdb_path))
         with _STORES_LOCK:
             store = _STORES.get(key)
             if store is None:
-                store = open_store(self.database_url or None, self.duckdb_path)
+                store = open_store(url or None, self.duckdb_path)
                 _STORES[key] = store
             return store
 
@@ -101,13 +106,19 @@ class HeaderSourceResource(dg.ConfigurableResource):
         return [u.strip() for u in self.base_urls.split(",") if u.strip()]
 
     def fleet_config(self) -> FleetConfig:
-        return FleetConfig.load(
-            base_urls=self.base_urls, fleet_file=self.fleet_file, model=self.model or None, revision=self.revision,
-            allow_mixed_models=self.allow_mixed_models or None, context_limit=self.context_limit or None,
-            api_key_env=self.api_key_env, max_in_flight=self.max_in_flight,
-            request_timeout_s=self.timeout_s, max_attempts=self.max_attempts, batch_size=self.batch_size,
-            max_output_tokens=self.max_output_tokens,
-        )
+        overrides = {
+            "model": self.model or None, "revision": self.revision, "allow_mixed_models": self.allow_mixed_models or None,
+            "context_limit": self.context_limit or None, "api_key_env": self.api_key_env,
+            "max_in_flight": self.max_in_flight, "request_timeout_s": self.timeout_s,
+            "max_attempts": self.max_attempts, "batch_size": self.batch_size,
+            "max_output_tokens": self.max_output_tokens,
+        }
+        if self.fleet_file:
+            # The fleet file wins over settings left at their defaults.
+            defaults = {"api_key_env": "CTX_LLM_API_KEY", "max_in_flight": 16, "request_timeout_s": 60.0,
+                        "max_attempts": 4, "batch_size": 1, "max_output_tokens": 80, "revision": ""}
+            overrides = {k: v for k, v in overrides.items() if not (k in defaults and v == defaults[k])}
+        return FleetConfig.load(base_urls=self.base_urls, fleet_file=self.fleet_file, **overrides)
 
     def build(self, counter: TokenCounter, store: ChunkStore | None = None) -> HeaderSource:
         """The configured source; for `openai`, a client of the process-wide fleet pool, with the
@@ -119,9 +130,9 @@ class HeaderSourceResource(dg.ConfigurableResource):
             return NoHeaderSource()
         config = self.fleet_config()
         return OpenAIHeaderSource(
-            get_fleet(config), load_prompt(self.prompt), counter, store=store, max_output_tokens=self.max_output_tokens,
-            max_header_tokens=self.max_header_tokens, batch_size=self.batch_size,
-            batch_prompt=load_prompt(self.batch_prompt) if self.batch_size > 1 else None, revision=self.revision,
+            get_fleet(config), load_prompt(self.prompt), counter, store=store, max_output_tokens=config.max_output_tokens,
+            max_header_tokens=self.max_header_tokens, batch_size=config.batch_size,
+            batch_prompt=load_prompt(self.batch_prompt) if config.batch_size > 1 else None, revision=config.revision,
         )
 
 

@@ -1,6 +1,7 @@
 """`new_documents`: the inbox folder drives the `documents` partitions."""
 
 
+import os
 from pathlib import Path
 
 import dagster as dg
@@ -19,16 +20,22 @@ def build_new_documents_sensor(job, inbox: str, interval_s: int = 15):
         default_status=dg.DefaultSensorStatus.STOPPED,
         description=f"Adds, re-runs and removes document partitions from the inbox folder ({inbox}).",
     )
-    def new_documents(context: dg.SensorEvaluationContext, store: ChunkStoreResource) -> dg.SensorResult:
+    def new_documents(context: dg.SensorEvaluationContext, store: ChunkStoreResource):
         previous = InboxState.model_validate_json(context.cursor) if context.cursor else InboxState()
-        current, refused = scan_inbox(Path(inbox), previous)
+        root = Path(inbox)
+        if not root.is_dir():
+            # A missing or unmounted inbox is not "every file was deleted": touch nothing.
+            return dg.SkipReason(f"inbox {root} is missing or not a directory; nothing changed")
+        current, refused = scan_inbox(root, previous)
         for reason in refused:
             context.log.warning(f"refused: {reason}")
         existing = set(context.instance.get_dynamic_partitions(documents_partitions.name))
         chunk_store = store.open()
 
         added = sorted(k for k in current.entries if k not in existing)
-        removed = sorted(k for k in existing if k not in current.entries and k in previous.entries)
+        # Removed only when the file is really gone (not merely unreadable for a moment).
+        removed = sorted(k for k in existing if k not in current.entries and k in previous.entries
+                         and not os.path.lexists(previous.entries[k].path))
         run_requests: list[dg.RunRequest] = []
         for key, entry in sorted(current.entries.items()):
             old = previous.entries.get(key)
@@ -36,7 +43,7 @@ def build_new_documents_sensor(job, inbox: str, interval_s: int = 15):
                 chunk_store.register_source(SourceRecord(doc_id=key, path=entry.path, file_hash=entry.sha256))
                 # run_key makes a repeated tick idempotent: the same content is never requested twice.
                 run_requests.append(
-                    dg.RunRequest(run_key=f"{key}@{entry.sha256[:16]}", partition_key=key,
+                    dg.RunRequest(run_key=f"{key}@{entry.sha256[:16]}@{entry.mtime_ns}", partition_key=key,
                                   tags={"ctx/trigger": "inbox", "ctx/file_sha256": entry.sha256})
                 )
         for key in removed:

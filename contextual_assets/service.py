@@ -62,7 +62,14 @@ def collect_sources(paths: Iterable[str | Path]) -> tuple[list[tuple[str, Path]]
             sources.append((partition_key_for(path.name), path))
         else:
             refused.append(f"{path}: no such file or directory")
-    return sources, refused
+    unique: dict[str, Path] = {}
+    for key, path in sources:
+        if key in unique and unique[key].resolve() != path.resolve():
+            refused.append(f"{path}: same document key '{key}' as {unique[key]}; ingest one of them, or their "
+                           "parent folders, so the keys differ")
+            continue
+        unique.setdefault(key, path)
+    return list(unique.items()), refused
 
 
 def register_sources(store: ChunkStore, instance: dg.DagsterInstance, sources: list[tuple[str, Path]]) -> None:

@@ -47,12 +47,19 @@ class TokenCounter:
         if self._tokenizer is None:
             # ~1.3 tokens per word is typical for WordPiece on English prose.
             return int(len(re.findall(r"\w+|[^\w\s]", text)) * 1.0) + 1
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        return self._floor(text, len(self._tokenizer.encode(text, add_special_tokens=False).ids))
+
+    @staticmethod
+    def _floor(text: str, count: int) -> int:
+        # WordPiece maps a whole unspaced run (Thai, Japanese) to one [UNK]: never count fewer
+        # than one token per 6 characters, so budgets stay honest for such scripts.
+        return max(count, -(-len(text) // 6))
 
     def count_many(self, texts: list[str]) -> list[int]:
         if self._tokenizer is None:
             return [self.count(t) for t in texts]
-        return [len(e.ids) for e in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
+        encoded = self._tokenizer.encode_batch(texts, add_special_tokens=False)
+        return [self._floor(t, len(e.ids)) for t, e in zip(texts, encoded)]
 
 
 @lru_cache(maxsize=8)

@@ -171,11 +171,17 @@ def promoted_index(context: dg.AssetExecutionContext, store: ChunkStoreResource,
                    gate: EvalGateResource) -> dg.MaterializeResult:
     run, metadata = _latest_eval(context, store)
     candidate = run["index_version"]
+    event = context.instance.get_latest_materialization_event(dg.AssetKey("retrieval_eval"))
+    if event.run_id != context.run.run_id:
+        raise dg.Failure(description="promoted_index promotes only the evaluation of its own run: run "
+                                     "evaluate_and_promote (retrieval_eval + its checks + promoted_index) together")
     if not run["gate"] or not run["gate"]["passed"]:
         reasons = "; ".join(run["gate"]["reasons"]) if run["gate"] else "no gate decision"
         raise dg.Failure(description=f"gate failed for {candidate} ({reasons}); {gate.alias} is unchanged")
     chunk_store = store.open()
-    previous = chunk_store.set_alias(gate.alias, candidate, reason=f"gate passed (eval run {run['run_id']})")
+    compared = metadata["production_version"] if metadata["production_version"] != "none" else None
+    previous = chunk_store.set_alias(gate.alias, candidate, reason=f"gate passed (eval run {run['run_id']})",
+                                     expected=compared)
     history = chunk_store.alias_history(gate.alias)
     return dg.MaterializeResult(metadata={
         "alias": gate.alias, "index_version": candidate, "previous_version": previous or "none",

@@ -96,3 +96,31 @@ def test_eval_promote_search_rollback(tmp_path, env, samples_dir):
     assert hits[0]["index_version"] == status["production"]
     rollback = run_ctx(env, "rollback")
     assert rollback.returncode == 2 and "no previous version" in rollback.stderr
+
+
+def test_colliding_keys_are_refused_not_merged(tmp_path):
+    from contextual_assets.service import collect_sources
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "report.md").write_text("# A\n")
+    (tmp_path / "b" / "report.md").write_text("# B\n")
+    sources, refused = collect_sources([tmp_path / "a" / "report.md", tmp_path / "b" / "report.md"])
+    assert [k for k, _ in sources] == ["report.md"]
+    assert len(refused) == 1 and "same document key 'report.md'" in refused[0]
+
+
+def test_database_password_stays_out_of_run_config(monkeypatch, settings_factory):
+    from contextual_assets.definitions import build_definitions
+    from contextual_assets.store.postgres_store import redact_url
+
+    monkeypatch.setenv("DATABASE_URL", "postgresql://ctx:S3CRET-pw@db.internal/ctx")
+    settings = settings_factory(database_url="postgresql://ctx:S3CRET-pw@db.internal/ctx")
+    defs = build_definitions(settings)
+    from dagster._serdes import serialize_value
+
+    snapshot = serialize_value(defs.resolve_job_def("ingest_documents").get_job_snapshot())
+    assert "S3CRET" not in snapshot
+    for url in ("postgresql://ctx:S3CRET-pw@db/ctx", "host=db password=S3CRET-pw dbname=ctx",
+                "postgresql://ctx@db/ctx?password=S3CRET-pw"):
+        assert "S3CRET" not in redact_url(url) and "db" in redact_url(url)

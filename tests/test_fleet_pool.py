@@ -223,3 +223,28 @@ def test_ingest_through_dagster_on_the_simulated_fleet(tmp_path, samples_dir, se
         completed = sum(s["completed"] for s in sim.stats())
         (again,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
         assert again.success and sum(s["completed"] for s in sim.stats()) == completed, "a re-run makes no LLM call"
+
+
+def test_fleet_recovers_after_an_outage_longer_than_the_timeout():
+    with simulated_fleet(2, time_scale=0.05, breaker_failures=1, breaker_cooldown_s=0.2, unavailable_timeout_s=0.5,
+                         max_attempts=20, retry_budget_min=1000) as (sim, fleet):
+        sim.kill(0)
+        sim.kill(1)
+        (down,) = fleet.run([prompt_request(0)])
+        assert isinstance(down, FleetUnavailableError)
+        sim.restart(0)
+        sim.restart(1)
+        time.sleep(0.3)
+        results_ok(fleet.run([prompt_request(i) for i in range(1, 6)]))  # half-open probes get through
+
+
+def test_server_errors_on_a_probe_keep_the_breaker_honest():
+    with simulated_fleet(2, time_scale=0.05, breaker_failures=2, breaker_cooldown_s=0.2) as (sim, fleet):
+        sim.set_faults(1, error_rate=1.0)
+        results_ok(fleet.run([prompt_request(i) for i in range(20)]))
+        broken = fleet.replicas[1]
+        assert broken.breaker.trips >= 1 and "HTTP 500" in broken.last_error
+        sim.set_faults(1, error_rate=0.0)
+        time.sleep(0.3)
+        results = results_ok(fleet.run([prompt_request(i) for i in range(20, 60)]))
+        assert any(r.replica == sim.base_urls[1] for r in results), "a 5xx probe does not blacklist for good"

@@ -28,11 +28,12 @@ class Harness:
         self.cursor: str | None = None
 
     def tick(self, cursor: str | None = "carry"):
-        context = dg.build_sensor_context(
+        # As a context manager: the instance it opens from the ref is closed (and unregistered) after.
+        with dg.build_sensor_context(
             instance_ref=self.instance.get_ref(), cursor=self.cursor if cursor == "carry" else cursor,
             resources={"store": self.store_resource}, definitions=self.defs,
-        )
-        data = self.sensor.evaluate_tick(context)
+        ) as context:
+            data = self.sensor.evaluate_tick(context)
         for request in data.dynamic_partitions_requests or []:
             if isinstance(request, dg.AddDynamicPartitionsRequest):
                 self.instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
@@ -130,3 +131,16 @@ def test_symlink_outside_inbox_is_refused(tmp_path, settings_factory):
     harness = Harness(settings, tmp_path / "dagster_home")
     data = harness.tick()
     assert [r.partition_key for r in data.run_requests] == ["ok.txt"]
+
+
+def test_missing_inbox_purges_nothing(tmp_path, settings_factory):
+    settings = settings_factory()
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.md").write_text("# A\n\ntext\n")
+    harness = Harness(settings, tmp_path / "dagster_home")
+    harness.tick()
+    inbox.rename(tmp_path / "unmounted")
+    data = harness.tick()
+    assert data.skip_message and "missing" in data.skip_message
+    assert harness.partitions() == {"a.md"}

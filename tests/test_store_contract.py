@@ -182,3 +182,28 @@ def test_eval_runs_round_trip(store):
     assert latest["metrics"] == {"hybrid": {"mrr": 0.5}} and latest["gate"] == {"passed": True}
     assert store.latest_eval_run("iv-a", "other") is None
     assert store.eval_tasks("r1") == [task]
+
+
+def test_commit_requires_the_current_source_when_asked(store):
+    from contextual_assets.errors import StaleDocumentError
+
+    chunks = make_chunks("a.txt", ["new text"])
+    with pytest.raises(StaleDocumentError, match="removed while this run worked"):
+        store.replace_document(record("a.txt", "iv-a", 1), chunks, require_current_source=True)
+    store.register_source(SourceRecord(doc_id="a.txt", path="/in/a.txt", file_hash="cd" * 32))
+    with pytest.raises(StaleDocumentError, match="changed while this run worked"):
+        store.replace_document(record("a.txt", "iv-a", 1), chunks, require_current_source=True)
+    store.register_source(SourceRecord(doc_id="a.txt", path="/in/a.txt", file_hash="ab" * 32))
+    store.register_index_version("iv-a", {})
+    store.register_index_version("iv-a", {})  # idempotent under races
+    store.replace_document(record("a.txt", "iv-a", 1), chunks, require_current_source=True)
+    assert store.count_chunks("iv-a") == 1
+
+
+def test_alias_compare_and_set(store):
+    from contextual_assets.errors import StoreError
+
+    store.set_alias("production", "iv-a")
+    with pytest.raises(StoreError, match="moved to iv-a"):
+        store.set_alias("production", "iv-c", expected="iv-b")
+    assert store.set_alias("production", "iv-c", expected="iv-a") == "iv-a"

@@ -46,6 +46,10 @@ class RequestTooLargeError(HeaderGenerationError):
     """The replica refused the request as over its context length: retrying cannot help."""
 
 
+class RequestRejectedError(HeaderGenerationError):
+    """The replica rejected the request itself (HTTP 400): retrying cannot help."""
+
+
 @dataclass
 class FleetRequest:
     messages: list[dict[str, str]]
@@ -193,7 +197,9 @@ class HeaderFleet:
 
     def _raise_if_down(self, label: str) -> None:
         """Every replica failing for longer than `unavailable_timeout_s`: fail fast and say why."""
-        if self.down_since is not None and time.monotonic() - self.down_since > self.config.unavailable_timeout_s:
+        probing = any(s.breaker.probe_in_flight for s in self.replicas)  # wait for its verdict first
+        if (self.down_since is not None and not probing
+                and time.monotonic() - self.down_since > self.config.unavailable_timeout_s):
             detail = "; ".join(f"{s.url}: {s.last_error or s.breaker.state}" for s in self.replicas)
             raise FleetUnavailableError(
                 f"{label}: every replica has been failing for over {self.config.unavailable_timeout_s:.0f} s ({detail})"
@@ -211,9 +217,11 @@ class HeaderFleet:
         cost = request.est_prompt_tokens + request.max_tokens
         async with self._cond:
             while True:
-                self._update_down()
-                self._raise_if_down(request.label)
                 state = self._pick(tried)
+                if state is None:
+                    # Only when nothing can take the request: a half-open replica still gets its probe.
+                    self._update_down()
+                    self._raise_if_down(request.label)
                 if state is not None:
                     state.in_flight += 1
                     state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
@@ -253,14 +261,22 @@ class HeaderFleet:
                     temperature=0.0 if attempt == 1 else 0.7, extra_body=request.extra_body,
                 )
             except BadRequestError as exc:
+                # The replica answered: it is healthy, the request is not. Retrying cannot help.
+                state.breaker.record_success()
                 message = str(exc)
+                self._count_error("http_400")
                 if "context" in message.lower() or "too long" in message.lower() or "maximum" in message.lower():
-                    state.breaker.record_success()  # the replica is healthy; the request is not
                     raise RequestTooLargeError(f"{request.label}: {state.url} refused the prompt: {message[:200]}")
-                raise
+                raise RequestRejectedError(f"{request.label}: {state.url} rejected the request: {message[:200]}")
             except APIStatusError as exc:
                 self._count_error(f"http_{exc.status_code}")
-                raise RetryableFleetError(f"{state.url}: HTTP {exc.status_code}: {str(exc)[:160]}") from None
+                state.last_error = f"HTTP {exc.status_code}: {str(exc)[:120]}"
+                if exc.status_code >= 500 or exc.status_code in (408, 429):
+                    state.failures += 1
+                    state.breaker.record_failure()
+                    raise RetryableFleetError(f"{state.url}: {state.last_error}") from None
+                state.breaker.record_success()  # 401/403/404...: the replica is up; retry elsewhere
+                raise RetryableFleetError(f"{state.url}: {state.last_error}") from None
             state.breaker.record_success()
             raw = (response.choices[0].message.content or "") if response.choices else ""
             usage = response.usage
@@ -276,7 +292,7 @@ class HeaderFleet:
                 completion_tokens=(usage.completion_tokens or 0) if usage else 0,
                 latency_s=time.monotonic() - started, attempts=attempt, failovers=0,
             )
-        except (RetryableFleetError, RequestTooLargeError):
+        except (RetryableFleetError, RequestTooLargeError, RequestRejectedError):
             raise
         except Exception as exc:  # connection refused/reset, timeouts, protocol errors
             state.failures += 1
@@ -285,6 +301,8 @@ class HeaderFleet:
             self._count_error(type(exc).__name__)
             raise RetryableFleetError(f"{state.url}: {state.last_error}") from None
         finally:
+            if state.breaker.probe_in_flight:  # a probe that ended without a verdict (e.g. cancelled)
+                state.breaker.record_failure()
             await self._release(state, cost)
 
     def _count_error(self, kind: str) -> None:

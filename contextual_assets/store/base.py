@@ -109,13 +109,13 @@ class ChunkStore(ABC):
 
     def register_index_version(self, index_version: str, fingerprint: dict[str, Any]) -> None:
         with self._transaction() as cur:
-            exists = self._fetch(cur, "SELECT 1 FROM ctx_index_versions WHERE index_version = ?", (index_version,))
-            if not exists:
-                self._exec(
-                    cur,
-                    "INSERT INTO ctx_index_versions (index_version, fingerprint, created_at) VALUES (?, ?, ?)",
-                    (index_version, json.dumps(fingerprint, sort_keys=True), utc_now()),
-                )
+            # ON CONFLICT: concurrent first runs of a new version both register it safely.
+            self._exec(
+                cur,
+                "INSERT INTO ctx_index_versions (index_version, fingerprint, created_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (index_version) DO NOTHING",
+                (index_version, json.dumps(fingerprint, sort_keys=True), utc_now()),
+            )
 
     def index_versions(self) -> list[dict[str, Any]]:
         rows = self._query(
@@ -130,9 +130,24 @@ class ChunkStore(ABC):
             for r in rows
         ]
 
-    def replace_document(self, document: DocumentRecord, chunks: list[EmbeddedChunk]) -> None:
-        """Swap every chunk of one document in one index version, in one transaction."""
+    def replace_document(self, document: DocumentRecord, chunks: list[EmbeddedChunk],
+                         require_current_source: bool = False) -> None:
+        """Swap every chunk of one document in one index version, in one transaction.
+
+        With `require_current_source`, the commit happens only if the registered source still exists
+        and has the content this run read: a run that lost a race with a newer edit, or whose file
+        was deleted meanwhile, commits nothing (and says so) instead of resurrecting stale rows."""
+        from ..errors import StaleDocumentError
+
         with self._transaction() as cur:
+            if require_current_source:
+                rows = self._fetch(cur, "SELECT file_hash FROM ctx_sources WHERE doc_id = ?", (document.doc_id,))
+                if not rows:
+                    raise StaleDocumentError(f"{document.doc_id}: its file was removed while this run worked; "
+                                             "nothing committed")
+                if rows[0][0] and rows[0][0] != document.file_hash:
+                    raise StaleDocumentError(f"{document.doc_id}: the file changed while this run worked; the run "
+                                             "for the new content commits it, this one committed nothing")
             self._exec(
                 cur, "DELETE FROM ctx_chunks WHERE doc_id = ? AND index_version = ?",
                 (document.doc_id, document.index_version),
@@ -230,14 +245,17 @@ class ChunkStore(ABC):
             return
         with self._transaction() as cur:
             for key, header, model in dict((i[0], i) for i in items).values():
-                self._exec(cur, "DELETE FROM ctx_header_cache WHERE cache_key = ?", (key,))
-                self._exec(cur, "INSERT INTO ctx_header_cache (cache_key, header, model, created_at) VALUES (?, ?, ?, ?)",
-                           (key, header, model, utc_now()))
+                self._exec(cur, "INSERT INTO ctx_header_cache (cache_key, header, model, created_at) VALUES (?, ?, ?, ?) "
+                           "ON CONFLICT (cache_key) DO UPDATE SET header = excluded.header, model = excluded.model, "
+                           "created_at = excluded.created_at", (key, header, model, utc_now()))
 
     # ---- aliases (promotion with history) ------------------------------------------------------
     def get_alias(self, name: str) -> str | None:
         rows = self._query("SELECT index_version FROM ctx_aliases WHERE name = ?", (name,))
         return rows[0][0] if rows else None
+
+    def _lock_aliases(self, cur: Any) -> None:
+        """Serialize alias changes (Postgres overrides; DuckDB already has one writer)."""
 
     def _write_alias(self, cur: Any, name: str, version: str, previous: str | None, action: str, reason: str) -> None:
         seq = self._fetch(cur, "SELECT coalesce(max(seq), 0) + 1 FROM ctx_alias_history WHERE name = ?", (name,))[0][0]
@@ -247,11 +265,18 @@ class ChunkStore(ABC):
         self._exec(cur, "INSERT INTO ctx_alias_history (name, seq, index_version, previous_version, action, reason, changed_at) "
                    "VALUES (?, ?, ?, ?, ?, ?, ?)", (name, int(seq), version, previous, action, reason, utc_now()))
 
-    def set_alias(self, name: str, version: str, reason: str = "") -> str | None:
-        """Point `name` at `version` atomically and record it; returns the version it pointed at before."""
+    def set_alias(self, name: str, version: str, reason: str = "", expected: str | None = "<any>") -> str | None:
+        """Point `name` at `version` atomically and record it; returns the version it pointed at before.
+        With `expected`, refuse when the alias no longer points where the caller last saw it."""
+        from ..errors import StoreError
+
         with self._transaction() as cur:
+            self._lock_aliases(cur)
             rows = self._fetch(cur, "SELECT index_version FROM ctx_aliases WHERE name = ?", (name,))
             previous = rows[0][0] if rows else None
+            if expected != "<any>" and previous != expected:
+                raise StoreError(f"alias '{name}' moved to {previous} since the gate compared against {expected}; "
+                                 "evaluate again")
             self._write_alias(cur, name, version, previous, "promote", reason)
         return previous
 
@@ -260,6 +285,7 @@ class ChunkStore(ABC):
         from ..errors import StoreError
 
         with self._transaction() as cur:
+            self._lock_aliases(cur)
             rows = self._fetch(cur, "SELECT index_version, previous_version FROM ctx_alias_history WHERE name = ? "
                                     "ORDER BY seq DESC LIMIT 1", (name,))
             if not rows or not rows[0][1]:

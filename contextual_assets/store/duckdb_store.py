@@ -71,7 +71,10 @@ class DuckDBChunkStore(ChunkStore):
                 yield con
                 con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                try:
+                    con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass  # a failed COMMIT already ended the transaction; keep the original error
                 raise
 
     @_retry_on_lock

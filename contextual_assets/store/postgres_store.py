@@ -5,7 +5,6 @@ different embedders live side by side."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -22,8 +21,15 @@ _MIGRATION_LOCK = 7_314_159  # advisory lock id: one migrator at a time
 
 
 def redact_url(url: str) -> str:
-    """Database URL without its password, for messages and metadata."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+    """Connection string without its password (URL or key=value form), for messages and metadata."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(url)
+    except Exception:  # unparsable: show nothing of it rather than risk a secret
+        return "postgres (unparsable connection string)"
+    shown = {k: v for k, v in parts.items() if k in ("host", "port", "dbname", "user") and v}
+    return " ".join(f"{k}={v}" for k, v in shown.items()) or "postgres"
 
 
 def _vector_literal(vector: Sequence[float]) -> str:
@@ -78,6 +84,9 @@ class PostgresChunkStore(ChunkStore):
         with self._pool.connection() as conn:
             return conn.execute(self._sql(sql), list(params)).fetchall()
 
+    def _lock_aliases(self, cur) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK - 1,))
+
     def _ensure_hnsw(self, dim: int) -> None:
         if dim in self._indexed_dims:
             return
@@ -106,11 +115,11 @@ class PostgresChunkStore(ChunkStore):
                     _vector_literal(c.embedding), len(c.embedding),
                 ))
 
-    def replace_document(self, document, chunks) -> None:  # type: ignore[override]
+    def replace_document(self, document, chunks, require_current_source: bool = False) -> None:  # type: ignore[override]
         dims = {len(c.embedding) for c in chunks}
         for dim in dims:
             self._ensure_hnsw(dim)
-        super().replace_document(document, chunks)
+        super().replace_document(document, chunks, require_current_source)
 
     def _embedding_rows(self, index_version: str) -> list[tuple[str, int, list[float] | None]]:
         rows = self._query(
