@@ -109,6 +109,8 @@ def decide(candidate: list[dict], production: list[dict] | None, policy: GatePol
         reasons.append(f"stale+broken gold share rose from {share_p:.3f} to {share_c:.3f}: the candidate lost evidence")
     if not living:
         reasons.append("no living gold task to compare on")
+    elif not kept:
+        reasons.append("every living task is under a reviewed exception: nothing left to compare on")
     return GateDecision(passed=not reasons, mode=policy.mode, compared_tasks=len(kept), excepted_tasks=excepted,
                         verdicts=verdicts, unhealthy_share_candidate=share_c, unhealthy_share_production=share_p,
                         reasons=reasons)

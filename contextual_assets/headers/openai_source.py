@@ -17,7 +17,7 @@ from ..tokens import TokenCounter
 from .base import HeaderRequest, HeaderResult, HeaderSource
 from .budget import FittedPrompt, estimate_tokens, fit_prompt
 from .cache import header_cache_key
-from .prompt import PromptTemplate
+from .prompt import PromptTemplate, escape_data
 from .validation import validate_header
 
 CACHE_FLUSH_EVERY = 16
@@ -121,7 +121,7 @@ class OpenAIHeaderSource(HeaderSource):
         assert self.batch_prompt is not None
         first, last = group[0][1], group[-1][1]
         context = "\n\n".join([*reversed(first.before), *(r.chunk.text for _, r in group), *last.after])
-        chunks = "\n".join(f'<chunk id="{i}">\n{r.chunk.text}\n</chunk>' for i, r in group)
+        chunks = "\n".join(f'<chunk id="{i}">\n{escape_data(r.chunk.text)}\n</chunk>' for i, r in group)
         messages = self.batch_prompt.render(title=first.chunk.title, section_path=" > ".join(first.chunk.section_path),
                                             context=context, chunks=chunks)
         texts = {str(i): r.chunk.text for i, r in group}

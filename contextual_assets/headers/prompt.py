@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -12,6 +13,11 @@ PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 DEFAULT_PROMPT = "header_v1"
 
 
+def escape_data(text: str) -> str:
+    """Document text cannot close the delimiters it is placed in."""
+    return re.sub(r"</?\s*(chunk|document)\b", lambda m: m.group(0).replace("<", "&lt;"), text, flags=re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class PromptTemplate:
     version: str
@@ -20,11 +26,9 @@ class PromptTemplate:
 
     def render(self, *, title: str, section_path: str, context: str, **values: str) -> list[dict[str, str]]:
         values = {"title": title.replace('"', "'"), "section_path": section_path or "(none)",
-                  "context": context, **values}
+                  "context": escape_data(context), **{k: v if k == "chunks" else escape_data(v) for k, v in values.items()}}
         # One pass over the template, not str.format and not chained replaces: document text may
         # hold braces or text that looks like a placeholder.
-        import re
-
         user = re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), self.user)
         return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
 
