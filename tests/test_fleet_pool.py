@@ -248,3 +248,13 @@ def test_server_errors_on_a_probe_keep_the_breaker_honest():
         time.sleep(0.3)
         results = results_ok(fleet.run([prompt_request(i) for i in range(20, 60)]))
         assert any(r.replica == sim.base_urls[1] for r in results), "a 5xx probe does not blacklist for good"
+
+
+def test_openai_embeddings_endpoint():
+    from contextual_assets.embedding import OpenAIEmbedder
+
+    with FleetSimulator([ReplicaSpec(serve_embeddings=True)], time_scale=0.05) as sim:
+        embedder = OpenAIEmbedder(sim.base_urls[0], "sim-embed", batch_size=3)
+        vectors = embedder.embed([f"text {i}" for i in range(7)])
+        assert len(vectors) == 7 and embedder.dimension == 32 and embedder.identity == "openai:sim-embed"
+        assert embedder.embed(["text 3"])[0] == vectors[3], "order kept across batches"

@@ -103,13 +103,19 @@ def test_add_modify_delete(tmp_path, settings_factory):
     assert store.count_chunks(doc_id=report_key) == 0 and store.get_source(report_key) is None
 
 
-def test_cursor_survives_restart(tmp_path, settings_factory):
+def inbox_with_one_document(tmp_path, settings_factory):
+    """An inbox holding a.md, and a harness that has already ticked once over it."""
     settings = settings_factory()
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     (inbox / "a.md").write_text("# A\n\ntext\n")
     harness = Harness(settings, tmp_path / "dagster_home")
     harness.tick()
+    return settings, inbox, harness
+
+
+def test_cursor_survives_restart(tmp_path, settings_factory):
+    settings, inbox, harness = inbox_with_one_document(tmp_path, settings_factory)
     saved = harness.cursor
     # A new process (new definitions, same instance storage and stored cursor) sees no change.
     restarted = Harness(settings, tmp_path / "dagster_home")
@@ -134,12 +140,7 @@ def test_symlink_outside_inbox_is_refused(tmp_path, settings_factory):
 
 
 def test_missing_inbox_purges_nothing(tmp_path, settings_factory):
-    settings = settings_factory()
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
-    (inbox / "a.md").write_text("# A\n\ntext\n")
-    harness = Harness(settings, tmp_path / "dagster_home")
-    harness.tick()
+    _, inbox, harness = inbox_with_one_document(tmp_path, settings_factory)
     inbox.rename(tmp_path / "unmounted")
     data = harness.tick()
     assert data.skip_message and "missing" in data.skip_message
