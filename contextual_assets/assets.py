@@ -4,6 +4,7 @@
 
 import statistics
 import time
+from pathlib import Path
 
 import dagster as dg
 
@@ -44,8 +45,6 @@ def parsed_chunks(
             allow_retries=False,
         )
     started = time.monotonic()
-    from pathlib import Path
-
     try:
         document = parse_document(
             doc_id, Path(source.path), parsing.counter(), chunk_tokens=parsing.chunk_tokens,
@@ -103,7 +102,7 @@ def chunk_headers(
         source = headers.build(parsing.counter(), store=store.open())
         sampler = None
         if headers.sample_metrics and isinstance(source, OpenAIHeaderSource):
-            sampler = MetricsSampler([r.url for r in source.fleet.replicas], interval_s=0.1).__enter__()
+            sampler = MetricsSampler([r.url for r in source.fleet.replicas], interval_s=0.1).start()
         try:
             headered, results = attach_headers(parsed_chunks, source, parsing.counter(), headers.context_tokens)
         finally:

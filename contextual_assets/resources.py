@@ -64,6 +64,13 @@ class ParsingResource(dg.ConfigurableResource):
         return token_counter(self.tokenizer_dir or None)
 
 
+# Fleet setting -> the field of HeaderSourceResource that sets it.
+FLEET_FIELDS = {"model": "model", "revision": "revision", "allow_mixed_models": "allow_mixed_models",
+                "context_limit": "context_limit", "api_key_env": "api_key_env", "max_in_flight": "max_in_flight",
+                "request_timeout_s": "timeout_s", "max_attempts": "max_attempts", "batch_size": "batch_size",
+                "max_output_tokens": "max_output_tokens"}
+
+
 class HeaderSourceResource(dg.ConfigurableResource):
     """`auto` uses the OpenAI-compatible endpoints when configured, otherwise structural headers."""
 
@@ -106,18 +113,13 @@ class HeaderSourceResource(dg.ConfigurableResource):
         return [u.strip() for u in self.base_urls.split(",") if u.strip()]
 
     def fleet_config(self) -> FleetConfig:
-        overrides = {
-            "model": self.model or None, "revision": self.revision, "allow_mixed_models": self.allow_mixed_models or None,
-            "context_limit": self.context_limit or None, "api_key_env": self.api_key_env,
-            "max_in_flight": self.max_in_flight, "request_timeout_s": self.timeout_s,
-            "max_attempts": self.max_attempts, "batch_size": self.batch_size,
-            "max_output_tokens": self.max_output_tokens,
-        }
-        if self.fleet_file:
-            # The fleet file wins over settings left at their defaults.
-            defaults = {"api_key_env": "CTX_LLM_API_KEY", "max_in_flight": 16, "request_timeout_s": 60.0,
-                        "max_attempts": 4, "batch_size": 1, "max_output_tokens": 80, "revision": ""}
-            overrides = {k: v for k, v in overrides.items() if not (k in defaults and v == defaults[k])}
+        fields = type(self).model_fields
+        overrides = {}
+        for key, name in FLEET_FIELDS.items():
+            value = getattr(self, name)
+            if value == fields[name].default and (self.fleet_file or not value):
+                continue  # left at its default: the fleet file (or FleetConfig's own default) wins
+            overrides[key] = value
         return FleetConfig.load(base_urls=self.base_urls, fleet_file=self.fleet_file, **overrides)
 
     def build(self, counter: TokenCounter, store: ChunkStore | None = None) -> HeaderSource:

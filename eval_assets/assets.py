@@ -10,10 +10,10 @@ from contextual_assets.index_version import index_fingerprint, index_version_of
 from contextual_assets.resources import ChunkStoreResource, EmbedderResource, HeaderSourceResource, ParsingResource
 
 from .dashboard import comparison_table, metric_metadata, regressions_table
-from .evaluate import MODES, evaluate, save_report
+from .evaluate import evaluate, save_report, section_diagnostics
 from .gate import decide
 from .gold import load_gold
-from .graders import header_diagnostics, score_spread, within_section_confusion, worst_regressions
+from .graders import header_diagnostics, worst_regressions
 from .resources import EvalGateResource
 
 EVAL_GROUP = "evaluation"
@@ -59,18 +59,12 @@ def retrieval_eval(
     if production_version and production_version != candidate and chunk_store.count_chunks(production_version):
         baseline = evaluate(chunk_store, model, gold, production_version)  # same evaluator, same gold
         save_report(chunk_store, baseline)
-    decision = decide(report.rows(), baseline.rows() if baseline else None, gate.policy(), gate.exceptions())
-    save_report(chunk_store, report, gate=decision.model_dump(mode="json"))
     policy = gate.policy()
+    decision = decide(report.rows(), baseline.rows() if baseline else None, policy, gate.exceptions())
+    save_report(chunk_store, report, gate=decision.model_dump(mode="json"))
     ranks = lambda r: {t.task_id: t.first_rank for t in r.tasks if t.mode == policy.mode and t.status == "living"}  # noqa: E731
     regressions = worst_regressions(ranks(baseline), ranks(report), {t.id: t.query for t in gold.tasks}) if baseline else []
-    gold_by_id = {t.id: t for t in gold.tasks}
-    living_hits = {tid: hits for tid, hits in report.hybrid_hits.items()
-                   if next(t for t in report.tasks if t.task_id == tid).status == "living"}
-    graded = {tid: [(h, bool(gold_by_id[tid].satisfied_by(h.text))) for h in hits] for tid, hits in living_hits.items()}
-    confusion = within_section_confusion(
-        [[(h.doc_id, tuple(h.section_path), ok) for h, ok in rows] for rows in graded.values()])
-    spread = score_spread([[(h.score, ok) for h, ok in rows] for rows in graded.values()])
+    confusion, spread = section_diagnostics(report, gold)
     metadata = {
         "within_section_confusion": round(confusion, 4),
         "score_spread": round(spread, 6) if spread is not None else 0.0,

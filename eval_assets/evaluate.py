@@ -15,6 +15,7 @@ from contextual_assets.store import ChunkStore
 
 from .gold import GoldSet
 from .hygiene import BROKEN, LIVING, STALE, classify
+from .graders import score_spread, within_section_confusion
 from .metrics import first_gold_rank, ndcg_at_k, pass_at_k, reciprocal_rank
 
 MODES = ("dense", "lexical", "hybrid")
@@ -116,6 +117,15 @@ def evaluate(store: ChunkStore, embedder: Embedder, gold: GoldSet, index_version
         stale=sorted(t for t, s in statuses.items() if s == STALE),
         broken=sorted(t for t, s in statuses.items() if s == BROKEN), hybrid_hits=hybrid_hits,
     )
+
+
+def section_diagnostics(report: EvalReport, gold: GoldSet) -> tuple[float, float | None]:
+    """(within-section confusion, score spread) over the hybrid rankings of living tasks."""
+    living = {t.task_id for t in report.tasks if t.status == LIVING}
+    graded = [[(h, bool(task.satisfied_by(h.text))) for h in report.hybrid_hits[task.id]]
+              for task in gold.tasks if task.id in living and task.id in report.hybrid_hits]
+    confusion = within_section_confusion([[(h.doc_id, tuple(h.section_path), ok) for h, ok in rows] for rows in graded])
+    return confusion, score_spread([[(h.score, ok) for h, ok in rows] for rows in graded])
 
 
 def save_report(store: ChunkStore, report: EvalReport, gate: dict | None = None) -> None:

@@ -63,10 +63,11 @@ class ModelDiscovery:
         with self._lock:
             self._cache.clear()
 
-    def served(self, base_url: str, api_key: str | None) -> list[ServedModel]:
+    def served(self, base_url: str, api_key: str | None, ttl_s: float | None = None) -> list[ServedModel]:
+        ttl = self.ttl_s if ttl_s is None else ttl_s
         with self._lock:
             cached = self._cache.get(base_url)
-            if cached is not None and self.clock() - cached[0] < self.ttl_s:
+            if cached is not None and self.clock() - cached[0] < ttl:
                 return cached[1]
         models = self.fetch(base_url, api_key)
         with self._lock:
@@ -74,7 +75,7 @@ class ModelDiscovery:
         return models
 
     def resolve(self, endpoints: dict[str, str | None], pin: str | None = None, allow_mixed: bool = False,
-                context_limit: int | None = None) -> ResolvedModel:
+                context_limit: int | None = None, ttl_s: float | None = None) -> ResolvedModel:
         """`endpoints` maps base URL -> API key. With a pin nothing is fetched."""
         if pin:
             return ResolvedModel(name=pin, context_limit=context_limit, per_endpoint={}, discovered=False)
@@ -82,7 +83,7 @@ class ModelDiscovery:
         chosen: dict[str, ServedModel] = {}
         for url, key in endpoints.items():
             try:
-                models = self.served(url, key)
+                models = self.served(url, key, ttl_s)
             except Exception as exc:  # unreachable, HTTP error, bad JSON: all reported the same way
                 answers[url] = f"unreachable or invalid answer ({type(exc).__name__}: {str(exc)[:120]})"
                 continue

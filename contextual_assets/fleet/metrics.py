@@ -60,32 +60,6 @@ class MetricsTimeline:
                         "running": sum(row["running"].values()), "waiting": sum(row["waiting"].values())})
         return out
 
-    def idle_intervals(self, until: float | None = None) -> list[tuple[float, float]]:
-        """Sampling intervals in which no replica's prompt-token counter moved (fleet-wide idle)."""
-        points: dict[float, float] = {}
-        for samples in self.samples.values():
-            for t, values in samples:
-                points[round(t, 3)] = points.get(round(t, 3), 0.0)
-        merged = sorted(
-            (t, sum(_value_at(s, t, "vllm:prompt_tokens") for s in self.samples.values())) for t in points
-        )
-        idle = []
-        for (t0, v0), (t1, v1) in zip(merged, merged[1:]):
-            if until is not None and t1 > until:
-                break
-            if v1 <= v0:
-                idle.append((t0 - self.started, t1 - self.started))
-        return idle
-
-
-def _value_at(samples: list[tuple[float, dict[str, float]]], t: float, name: str) -> float:
-    value = 0.0
-    for ts, values in samples:
-        if ts > t:
-            break
-        value = values.get(name, value)
-    return value
-
 
 class MetricsSampler:
     """Polls every replica's /metrics every `interval_s` in a background thread."""
@@ -98,10 +72,13 @@ class MetricsSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metrics-sampler", daemon=True)
 
-    def __enter__(self) -> "MetricsSampler":
+    def start(self) -> "MetricsSampler":
         self.timeline = MetricsTimeline(started=time.monotonic())
         self._thread.start()
         return self
+
+    def __enter__(self) -> "MetricsSampler":
+        return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -106,7 +106,8 @@ class HeaderFleet:
         self.discovery = discovery or DEFAULT_DISCOVERY
         endpoints = {r.base_url: config.api_key_for(r) for r in config.replicas}
         self.resolved: ResolvedModel = self.discovery.resolve(
-            endpoints, pin=config.model, allow_mixed=config.allow_mixed_models, context_limit=config.context_limit
+            endpoints, pin=config.model, allow_mixed=config.allow_mixed_models, context_limit=config.context_limit,
+            ttl_s=config.discovery_ttl_s,
         )
         self.counters = FleetCounters()
         self.down_since: float | None = None  # since when no replica has had a closed breaker
@@ -175,14 +176,6 @@ class HeaderFleet:
             except BaseException as exc:  # noqa: BLE001 - returned per request
                 results.append(exc)
         return results
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        return [
-            {"replica": s.url, "model": s.model, "in_flight": s.in_flight, "peak_in_flight": s.peak_in_flight,
-             "completed": s.completed,
-             "failures": s.failures, "breaker": s.breaker.state, "last_error": s.last_error}
-            for s in self.replicas
-        ]
 
     # ---- internals ---------------------------------------------------------------------------
     def _retry_allowed(self) -> bool:

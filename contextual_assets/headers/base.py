@@ -30,7 +30,6 @@ class HeaderResult(BaseModel):
     latency_s: float = 0.0
     attempts: int = 1
     endpoint: str = ""
-    cached: bool = False
     failovers: int = 0
 
 

@@ -173,7 +173,7 @@ class OpenAIHeaderSource(HeaderSource):
         results: list[HeaderResult | None] = [None] * len(requests)
         for index, key in enumerate(keys):
             if key in cached:
-                results[index] = HeaderResult(header=cached[key], source="openai", model=self.model, cached=True)
+                results[index] = HeaderResult(header=cached[key], source="openai", model=self.model)
         stats.cache_hits = sum(1 for r in results if r is not None)
         pending = [i for i, r in enumerate(results) if r is None]
 

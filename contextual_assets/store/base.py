@@ -339,8 +339,6 @@ class ChunkStore(ABC):
                 "ndcg_at_10")
         return [dict(zip(keys, r)) for r in rows]
 
-    def header_cache_size(self) -> int:
-        return int(self._query("SELECT count(*) FROM ctx_header_cache")[0][0])
 
     # ---- search ----------------------------------------------------------------------------
     def _hit(self, chunk: HeaderedChunk, score: float, index_version: str) -> SearchHit:

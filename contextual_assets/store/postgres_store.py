@@ -9,7 +9,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..errors import StoreError
@@ -156,6 +155,3 @@ class PostgresChunkStore(ChunkStore):
             )
         return [self._hit(self._row_to_chunk(r), float(r[-1]), index_version) for r in rows]
 
-
-def is_operational_error(exc: BaseException) -> bool:
-    return isinstance(exc, psycopg.OperationalError)
