@@ -1,24 +1,27 @@
-"""Ingest assets, one partition per document: parsed_chunks -> chunk_headers -> chunk_embeddings."""
+"""Ingest assets, one partition per document: parsed_chunks -> chunk_headers -> chunk_embeddings.
 
+The three assets are materialized by one multi-asset step that pipelines every document of the run
+(see `document_pipeline`): a backfill puts up to `CTX_PARTITIONS_PER_RUN` partitions in one run so
+that the header fleet stays saturated across document boundaries, while each partition still gets
+its own materializations, and a document that fails is reported failed alone (its partition shows
+failed; the others of the run stay materialized; the run fails).
+"""
 
-
-import statistics
 import time
-from pathlib import Path
 
 import dagster as dg
 
-from .errors import ContextualError, DocumentError, StaleDocumentError
-from .fleet.metrics import MetricsSampler
-from .headers.openai_source import OpenAIHeaderSource
+from .document_pipeline import DocumentJob, DocumentPipeline, PipelineSettings, StageEvent, mean_header_words
+from .errors import ContextualError
+from .fleet.metrics import MetricsSampler, MetricsTimeline
+from .headers.openai_source import HeaderRunStats, OpenAIHeaderSource
 from .index_version import index_fingerprint, index_version_of
-from .models import DocumentRecord, HeaderedDocument, ParsedDocument
-from .pipeline import attach_headers, embed_chunks, parse_document
 from .resources import ChunkStoreResource, EmbedderResource, HeaderSourceResource, ParsingResource
 
 documents_partitions = dg.DynamicPartitionsDefinition(name="documents")
 
 INGEST_GROUP = "ingest"
+DEFAULT_PARTITIONS_PER_RUN = 50
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -28,119 +31,135 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-@dg.asset(
-    partitions_def=documents_partitions,
-    group_name=INGEST_GROUP,
-    kinds={"python", "pdf"},
-    description="A document parsed into section-aware chunks within the embedder's token budget.",
-)
-def parsed_chunks(
-    context: dg.AssetExecutionContext, store: ChunkStoreResource, parsing: ParsingResource
-) -> dg.Output[ParsedDocument]:
-    doc_id = context.partition_key
-    source = store.open().get_source(doc_id)
-    if source is None:
-        raise dg.Failure(
-            description=f"document '{doc_id}' has no registered file; add it to the inbox or run `ctx ingest PATH`",
-            allow_retries=False,
-        )
-    started = time.monotonic()
-    try:
-        document = parse_document(
-            doc_id, Path(source.path), parsing.counter(), chunk_tokens=parsing.chunk_tokens,
-            max_bytes=int(parsing.max_file_mb * 1_000_000), max_pdf_pages=parsing.max_pdf_pages,
-        )
-    except DocumentError as exc:
-        raise dg.Failure(
-            description=f"cannot ingest {exc.path}: {exc.reason}",
-            metadata={"file": exc.path, "reason": exc.reason},
-            allow_retries=False,
-        ) from None
-    for warning in document.warnings:
-        context.log.warning(f"{source.path}: {warning}")
-    tokens = [c.token_count for c in document.chunks]
-    sections = {tuple(c.section_path) for c in document.chunks}
-    return dg.Output(
-        document,
-        metadata={
-            "file": source.path,
-            "kind": document.kind,
-            "title": document.title,
-            "chunks": len(document.chunks),
-            "sections": len(sections),
-            "pages": document.pages or 0,
-            "tokens_total": sum(tokens),
-            "tokens_max": max(tokens),
-            "chunk_token_budget": parsing.chunk_tokens,
-            "tokenizer": parsing.counter().name,
-            "file_sha256": document.file_hash,
-            "warnings": "; ".join(document.warnings) or "none",
-            "parse_s": round(time.monotonic() - started, 3),
-        },
+class IngestConfig(dg.Config):
+    """Pipelining knobs (run config; the defaults suit a fleet of a few replicas)."""
+
+    max_documents_in_flight: int = 64
+    fleet_queue_factor: float = 2.0  # chunks in flight = factor x the fleet's total in-flight caps
+    embed_batch_max: int = 64
+
+
+INGEST_SPECS = [
+    dg.AssetSpec("parsed_chunks", group_name=INGEST_GROUP, kinds={"python", "pdf"}, skippable=True,
+                 description="A document parsed into section-aware chunks within the embedder's token budget."),
+    dg.AssetSpec("chunk_headers", deps=["parsed_chunks"], group_name=INGEST_GROUP, kinds={"openai", "python"},
+                 skippable=True,
+                 description="A one- or two-sentence situating header for every chunk (LLM fleet, structural or none)."),
+    dg.AssetSpec("chunk_embeddings", deps=["chunk_headers"], group_name=INGEST_GROUP,
+                 kinds={"pytorch", "duckdb", "postgres"}, skippable=True,
+                 description="Header + chunk embedded and committed to the store: one atomic replace per document."),
+]
+ASSET_OF_STAGE = {"parsed": "parsed_chunks", "headered": "chunk_headers", "committed": "chunk_embeddings"}
+
+
+def build_ingest_assets(partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN) -> dg.AssetsDefinition:
+    @dg.multi_asset(
+        name="ingest_document_partitions",
+        specs=INGEST_SPECS,
+        partitions_def=documents_partitions,
+        can_subset=False,
+        # Several documents per run: one process start-up, one fleet pool and one loaded embedder
+        # serve them all, and their header requests overlap (see README, "Throughput").
+        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=max(1, partitions_per_run)),
+        description="Parse, header, embed and commit every document partition of the run, pipelined.",
     )
-
-
-@dg.asset(
-    partitions_def=documents_partitions,
-    group_name=INGEST_GROUP,
-    kinds={"openai", "python"},
-    description="A one- or two-sentence situating header for every chunk (LLM fleet, structural or none).",
-)
-def chunk_headers(
-    context: dg.AssetExecutionContext,
-    parsed_chunks: ParsedDocument,
-    headers: HeaderSourceResource,
-    parsing: ParsingResource,
-    embedder: EmbedderResource,
-    store: ChunkStoreResource,
-) -> dg.Output[HeaderedDocument]:
-    started = time.monotonic()
-    try:
-        resolved, warning = headers.resolved_source()
+    def ingest_document_partitions(
+        context: dg.AssetExecutionContext,
+        config: IngestConfig,
+        store: ChunkStoreResource,
+        parsing: ParsingResource,
+        headers: HeaderSourceResource,
+        embedder: EmbedderResource,
+    ):
+        keys = list(context.partition_keys)
+        chunk_store = store.open()
+        try:
+            resolved, warning = headers.resolved_source()
+            source = headers.build(parsing.counter(), store=chunk_store)
+        except ContextualError as exc:
+            raise dg.Failure(description=f"header source: {exc}", allow_retries=False) from None
         if warning:
             context.log.warning(warning)
-        source = headers.build(parsing.counter(), store=store.open())
+        fingerprint = index_fingerprint(source.identity, embedder.identity(), parsing.chunk_tokens)
+        version = index_version_of(fingerprint)
+        fleet_capacity = 0
         sampler = None
-        if headers.sample_metrics and isinstance(source, OpenAIHeaderSource):
-            sampler = MetricsSampler([r.url for r in source.fleet.replicas], interval_s=0.1).start()
+        if isinstance(source, OpenAIHeaderSource):
+            fleet_capacity = sum(r.config.max_in_flight for r in source.fleet.replicas)
+            if headers.sample_metrics:
+                sampler = MetricsSampler([r.url for r in source.fleet.replicas], interval_s=0.1).start()
+
+        def header_metadata(job: DocumentJob, stats: HeaderRunStats | None) -> dict:
+            metadata = {
+                "header_source": resolved,
+                "header_model": source.identity["header_model"],
+                "prompt_version": source.identity["prompt_version"],
+                "source_warning": warning or "none",
+                "chunks": len(job.doc.chunks),
+                "mean_header_words": mean_header_words(job),
+                "index_version": version,
+                "headers_s": round(job.headers_finished - job.headers_started, 3),
+            }
+            if isinstance(source, OpenAIHeaderSource) and stats is not None:
+                metadata.update(fleet_metadata(source, stats))
+            if sampler is not None:
+                # vLLM /metrics while this document's headers were generated, one row per second.
+                metadata["fleet_timeline"] = dg.MetadataValue.json(
+                    timeline_window(sampler.timeline, job.headers_started, job.headers_finished))
+            first = next((r.header for r in job.headers if r is not None and r.header), "")
+            if first:
+                metadata["example_header"] = first
+            return metadata
+
+        pipeline = DocumentPipeline(
+            store=chunk_store, counter=parsing.counter(), chunk_tokens=parsing.chunk_tokens,
+            max_bytes=int(parsing.max_file_mb * 1_000_000), max_pdf_pages=parsing.max_pdf_pages,
+            header_source=source, context_tokens=headers.context_tokens, embedder=embedder.get(),
+            index_version=version, fingerprint=fingerprint, header_metadata=header_metadata,
+            settings=PipelineSettings(
+                max_documents_in_flight=config.max_documents_in_flight,
+                chunks_in_flight=max(16, int(config.fleet_queue_factor * fleet_capacity)) if fleet_capacity else 4096,
+                embed_batch_max=config.embed_batch_max,
+            ),
+        )
+        started = time.monotonic()
+        failures: dict[str, StageEvent] = {}
+        committed = 0
         try:
-            headered, results = attach_headers(parsed_chunks, source, parsing.counter(), headers.context_tokens)
+            for event in pipeline.run(keys):
+                if event.kind == "warning":
+                    context.log.warning(event.error or "")
+                elif event.kind == "failed":
+                    failures[event.key] = event
+                    context.log.error(f"{event.key}: {event.stage or 'ingest'} failed: {event.error}")
+                else:
+                    committed += event.kind == "committed"
+                    yield dg.AssetMaterialization(asset_key=ASSET_OF_STAGE[event.kind], partition=event.key,
+                                                  metadata=event.metadata)
         finally:
-            timeline = sampler.stop() if sampler else None
-    except ContextualError as exc:
-        raise dg.Failure(description=f"headers for {parsed_chunks.source_path}: {exc}") from None
-    fingerprint = index_fingerprint(source.identity, embedder.identity(), parsing.chunk_tokens)
-    version = index_version_of(fingerprint)
-    header_lengths = [len(h.header.split()) for h in headered if h.header]
-    metadata: dict = {
-        "header_source": resolved,
-        "header_model": source.identity["header_model"],
-        "prompt_version": source.identity["prompt_version"],
-        "source_warning": warning or "none",
-        "chunks": len(headered),
-        "mean_header_words": round(statistics.mean(header_lengths), 1) if header_lengths else 0.0,
-        "index_version": version,
-        "headers_s": round(time.monotonic() - started, 3),
-    }
-    if isinstance(source, OpenAIHeaderSource):
-        metadata.update(fleet_metadata(source))
-    if timeline is not None:
-        # vLLM /metrics sampled during this partition's header generation, one row per second.
-        metadata["fleet_timeline"] = dg.MetadataValue.json(timeline.per_second())
-    if headered and headered[0].header:
-        metadata["example_header"] = headered[0].header
-    return dg.Output(
-        HeaderedDocument(
-            doc_id=parsed_chunks.doc_id, source_path=parsed_chunks.source_path, kind=parsed_chunks.kind,
-            title=parsed_chunks.title, file_hash=parsed_chunks.file_hash, index_version=version,
-            fingerprint=fingerprint, chunks=headered,
-        ),
-        metadata=metadata,
-    )
+            if sampler is not None:
+                sampler.stop()
+        context.log.info(f"{committed} of {len(keys)} documents committed in {time.monotonic() - started:.1f} s")
+        if failures:
+            first = next(iter(failures.values()))
+            raise dg.Failure(
+                description=(f"{len(failures)} of {len(keys)} documents failed; first: {first.key}: {first.error}"
+                             if len(keys) > 1 else str(first.error)),
+                metadata={"failed_documents": dg.MetadataValue.json(
+                    {key: {"stage": e.stage, "error": e.error} for key, e in sorted(failures.items())})},
+                # Parse errors and stale sources need the user; fleet or store outages may pass.
+                allow_retries=any(e.retryable for e in failures.values()),
+            )
+
+    return ingest_document_partitions
 
 
-def fleet_metadata(source: OpenAIHeaderSource) -> dict:
-    stats = source.last_stats
+def timeline_window(timeline: MetricsTimeline, start: float, end: float) -> list[dict]:
+    first, last = int(start - timeline.started), int(end - timeline.started)
+    return [row for row in timeline.per_second() if first <= row["t"] <= last]
+
+
+def fleet_metadata(source: OpenAIHeaderSource, stats: HeaderRunStats) -> dict:
     sent = sum(stats.per_replica.values())
     return {
         "served_model": source.model,
@@ -161,50 +180,3 @@ def fleet_metadata(source: OpenAIHeaderSource) -> dict:
         ),
         "context_limit": source.fleet.context_limit or 0,
     }
-
-
-@dg.asset(
-    partitions_def=documents_partitions,
-    group_name=INGEST_GROUP,
-    kinds={"pytorch", "duckdb", "postgres"},
-    description="Header + chunk embedded and committed to the store: one atomic replace per document.",
-)
-def chunk_embeddings(
-    context: dg.AssetExecutionContext,
-    chunk_headers: HeaderedDocument,
-    embedder: EmbedderResource,
-    store: ChunkStoreResource,
-) -> dg.MaterializeResult:
-    document = chunk_headers
-    started = time.monotonic()
-    model = embedder.get()
-    embedded = embed_chunks(document.chunks, model)
-    embed_s = time.monotonic() - started
-    chunk_store = store.open()
-    commit_started = time.monotonic()
-    chunk_store.register_index_version(document.index_version, document.fingerprint)
-    record = DocumentRecord(
-        doc_id=document.doc_id, index_version=document.index_version, source_path=document.source_path,
-        kind=document.kind, title=document.title, file_hash=document.file_hash, n_chunks=len(embedded), updated_at="",
-    )
-    try:
-        chunk_store.replace_document(record, embedded, require_current_source=True)
-    except StaleDocumentError as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from None
-    commit_s = time.monotonic() - commit_started
-    return dg.MaterializeResult(
-        metadata={
-            "chunks": len(embedded),
-            "embedder": model.identity,
-            "dimension": len(embedded[0].embedding) if embedded else 0,
-            "embed_s": round(embed_s, 3),
-            "chunks_per_s": round(len(embedded) / embed_s, 1) if embed_s > 0 else 0.0,
-            "commit_s": round(commit_s, 3),
-            "index_version": document.index_version,
-            "store": chunk_store.location,
-            "store_chunks_in_version": chunk_store.count_chunks(document.index_version),
-        }
-    )
-
-
-ingest_assets = [parsed_chunks, chunk_headers, chunk_embeddings]

@@ -21,23 +21,70 @@ def _split_units(block: Block) -> list[str]:
     return [s for s in _SENTENCE_END.split(block.text) if s.strip()]
 
 
+# Above this many characters, an unspaced "word" is cut in bounded windows instead of being
+# re-tokenized whole for every cut (which is quadratic: a multi-megabyte blob would take hours).
+_LARGE_WORD_CHARS = 100_000
+
+
+def _pack_words(words: list[str], budget: int, counter: TokenCounter) -> list[str]:
+    """Greedy packing of words into pieces of at most `budget` tokens (a word that alone exceeds
+    the budget becomes its own piece). The longest fitting prefix is found by galloping and
+    bisection, so each piece costs O(log n) token counts rather than one count per word."""
+    pieces: list[str] = []
+    start, n = 0, len(words)
+    while start < n:
+
+        def fits(end: int) -> bool:
+            return counter.count(" ".join(words[start:end])) <= budget
+
+        good, step = start + 1, 1  # the first word is always taken
+        bad = n + 1
+        while good + step <= n:
+            if fits(good + step):
+                good += step
+                step *= 2
+            else:
+                bad = good + step
+                break
+        while bad - good > 1 and good < n:
+            mid = (good + bad) // 2
+            if mid > n or not fits(mid):
+                bad = mid
+            else:
+                good = mid
+        pieces.append(" ".join(words[start:good]))
+        start = good
+    return pieces
+
+
+def _cut_large_word(piece: str, budget: int, counter: TokenCounter) -> tuple[list[str], str]:
+    """Cut pieces of at most `budget` tokens off the front of a huge unspaced piece, looking only at a
+    bounded window each time; returns (cut pieces, the remainder of at most _LARGE_WORD_CHARS)."""
+    out: list[str] = []
+    window_chars = max(64, budget * 8)
+    while len(piece) > _LARGE_WORD_CHARS:
+        window = piece[:window_chars]
+        lo, hi = 1, len(window)  # lo always fits (one character is one token)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if counter.count(window[:mid]) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        out.append(piece[:lo])
+        piece = piece[lo:]
+    return out, piece
+
+
 def _hard_split(text: str, budget: int, counter: TokenCounter) -> list[str]:
     """A single sentence or line longer than the budget: cut on whitespace."""
-    words = text.split(" ")
-    pieces: list[str] = []
-    current: list[str] = []
-    for word in words:
-        candidate = " ".join(current + [word])
-        if current and counter.count(candidate) > budget:
-            pieces.append(" ".join(current))
-            current = [word]
-        else:
-            current.append(word)
-    if current:
-        pieces.append(" ".join(current))
+    pieces = _pack_words(text.split(" "), budget, counter)
     # A "word" that alone exceeds the budget (e.g. a base64 blob) is cut by characters.
     result: list[str] = []
     for piece in pieces:
+        if len(piece) > _LARGE_WORD_CHARS:
+            head, piece = _cut_large_word(piece, budget, counter)
+            result.extend(head)
         while counter.count(piece) > budget and len(piece) > 1:
             cut = max(1, len(piece) * budget // max(1, counter.count(piece)))
             result.append(piece[:cut])

@@ -9,7 +9,7 @@ import dagster as dg
 from eval_assets.assets import eval_assets_list, eval_checks
 from eval_assets.resources import EvalGateResource
 
-from .assets import ingest_assets
+from .assets import build_ingest_assets
 from .resources import ChunkStoreResource, EmbedderResource, HeaderSourceResource, ParsingResource
 from .sensors import build_new_documents_sensor
 from .settings import PlatformSettings
@@ -47,7 +47,7 @@ def build_definitions(settings: PlatformSettings | None = None) -> dg.Definition
         "ingest_documents",
         selection=dg.AssetSelection.groups("ingest"),
         tags={"ctx/kind": "ingest"},
-        description="Parse, header, embed and commit one document partition.",
+        description="Parse, header, embed and commit document partitions (several per run, pipelined).",
     )
     evaluate_and_promote_job = dg.define_asset_job(
         "evaluate_and_promote",
@@ -55,7 +55,7 @@ def build_definitions(settings: PlatformSettings | None = None) -> dg.Definition
         description="Evaluate the candidate index version against production; promote it only if eval_gate passes.",
     )
     return dg.Definitions(
-        assets=[*ingest_assets, *eval_assets_list],
+        assets=[build_ingest_assets(settings.partitions_per_run), *eval_assets_list],
         asset_checks=eval_checks,
         jobs=[ingest_job, evaluate_and_promote_job],
         sensors=[build_new_documents_sensor(ingest_job, settings.inbox)],

@@ -34,6 +34,9 @@ class Embedder(ABC):
     @abstractmethod
     def embed(self, texts: list[str]) -> list[list[float]]: ...
 
+    def warm(self) -> None:
+        """Load what the first `embed` would (a local model), ahead of the first batch."""
+
 
 @lru_cache(maxsize=2)
 def _load_sentence_transformer(model_dir: str):
@@ -66,6 +69,9 @@ class SentenceTransformerEmbedder(Embedder):
             getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
             self._dimension = int(getter())
         return self._dimension
+
+    def warm(self) -> None:
+        _ = self.model
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:

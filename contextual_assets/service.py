@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from pydantic import BaseModel
 
 from .assets import documents_partitions
@@ -85,27 +86,68 @@ def ingest_partitions(
     on_done: Callable[[PartitionOutcome], None] | None = None,
     log_level: str = "INFO",
 ) -> list[PartitionOutcome]:
-    """One run per document partition, in this process, recorded in the instance."""
+    """Runs in this process, recorded in the instance: the documents grouped into partition ranges
+    as a backfill would (contiguous in the partitions' order, at most the asset's backfill policy's
+    partitions per run), so that their header requests are pipelined across documents."""
     job = defs.resolve_job_def("ingest_documents")
+    policy = defs.resolve_assets_def(dg.AssetKey("chunk_embeddings")).backfill_policy
+    per_run = (policy.max_partitions_per_run if policy else None) or len(sources) or 1
+    paths = dict(sources)
     outcomes: list[PartitionOutcome] = []
-    for key, path in sources:
-        result = job.execute_in_process(
-            partition_key=key, instance=instance, raise_on_error=False, tags={"ctx/trigger": "cli"},
-            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-        )
-        outcome = PartitionOutcome(key=key, path=str(path), success=result.success, run_id=result.run_id)
-        if result.success:
-            for event in result.get_asset_materialization_events():
-                materialization = event.step_materialization_data.materialization
-                if materialization and materialization.asset_key.path[-1] == "chunk_embeddings":
-                    value = materialization.metadata.get("chunks")
-                    outcome.chunks = int(value.value) if value is not None else 0
+    for keys in partition_ranges(instance.get_dynamic_partitions(documents_partitions.name), list(paths), per_run):
+        tags = {"ctx/trigger": "cli"}
+        if len(keys) == 1:
+            range_kwargs: dict = {"partition_key": keys[0]}
         else:
-            outcome.error = failure_message(result)
-        outcomes.append(outcome)
-        if on_done:
-            on_done(outcome)
+            range_kwargs = {}
+            tags.update({ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
+        result = job.execute_in_process(
+            instance=instance, raise_on_error=False, tags=tags,
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}}, **range_kwargs,
+        )
+        committed: dict[str, int] = {}
+        for event in result.get_asset_materialization_events():
+            materialization = event.step_materialization_data.materialization
+            if materialization and materialization.asset_key.path[-1] == "chunk_embeddings":
+                value = materialization.metadata.get("chunks")
+                committed[materialization.partition] = int(value.value) if value is not None else 0
+        failed = failed_documents(result)
+        for key in keys:
+            outcome = PartitionOutcome(key=key, path=str(paths[key]), success=key in committed, run_id=result.run_id,
+                                       chunks=committed.get(key, 0))
+            if not outcome.success:
+                outcome.error = failed.get(key) or failure_message(result)
+            outcomes.append(outcome)
+            if on_done:
+                on_done(outcome)
     return outcomes
+
+
+def partition_ranges(ordered: list[str], keys: list[str], per_run: int) -> list[list[str]]:
+    """`keys` as runs of consecutive partitions in `ordered`, each at most `per_run` long."""
+    position = {key: i for i, key in enumerate(ordered)}
+    missing = [k for k in keys if k not in position]
+    if missing:
+        raise ValueError(f"not registered as partitions: {missing[:5]}")
+    groups: list[list[str]] = []
+    for key in sorted(set(keys), key=position.__getitem__):
+        last = groups[-1] if groups else None
+        if last and position[key] == position[last[-1]] + 1 and len(last) < per_run:
+            last.append(key)
+        else:
+            groups.append([key])
+    return groups
+
+
+def failed_documents(result) -> dict[str, str]:
+    """Per-document errors that the ingest step put in its failure's metadata."""
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE":
+            data = event.step_failure_data
+            if data and data.user_failure_data and "failed_documents" in data.user_failure_data.metadata:
+                value = data.user_failure_data.metadata["failed_documents"].value
+                return {key: str(item.get("error")) for key, item in value.items()}
+    return {}
 
 
 def failure_message(result) -> str:

@@ -5,7 +5,6 @@ import os
 
 import dagster as dg
 
-from contextual_assets.assets import chunk_embeddings
 from contextual_assets.index_version import index_fingerprint, index_version_of
 from contextual_assets.resources import ChunkStoreResource, EmbedderResource, HeaderSourceResource, ParsingResource
 
@@ -30,7 +29,7 @@ def current_index_version(headers: HeaderSourceResource, embedder: EmbedderResou
 
 
 @dg.asset(
-    deps=[chunk_embeddings],
+    deps=["chunk_embeddings"],
     group_name=EVAL_GROUP,
     kinds={"python"},
     description="The gold set against the candidate index version and the promoted one, side by side.",

@@ -39,9 +39,9 @@ class MetricsTimeline:
         """One row per second since start: prompt/generation token deltas summed over replicas, and
         running/waiting requests at the end of the second."""
         rows: dict[int, dict] = {}
-        for replica, samples in self.samples.items():
+        for replica, samples in list(self.samples.items()):  # copies: the sampler may be appending
             previous: dict[str, float] | None = None
-            for t, values in samples:
+            for t, values in list(samples):
                 second = int(t - self.started)
                 row = rows.setdefault(second, {"t": second, "prompt_tokens": 0.0, "generation_tokens": 0.0,
                                                "running": {}, "waiting": {}})

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 from pydantic import BaseModel
 
@@ -44,6 +46,15 @@ class HeaderSource(ABC):
     @abstractmethod
     def generate(self, requests: list[HeaderRequest]) -> list[HeaderResult]:
         """One result per request, in order; raises HeaderGenerationError when a header cannot be made."""
+
+    def stream(self, requests: list[HeaderRequest], on_result: Callable[[int, HeaderResult], None],
+               cancel: threading.Event | None = None) -> list[HeaderResult]:
+        """Like `generate`, but calls `on_result(index, result)` as each header is ready, so that
+        embedding can start before the whole document has its headers. Stops early when `cancel` is set."""
+        results = self.generate(requests)
+        for index, result in enumerate(results):
+            on_result(index, result)
+        return results
 
     def close(self) -> None:  # pragma: no cover - trivial
         pass

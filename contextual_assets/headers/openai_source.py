@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,9 +162,24 @@ class OpenAIHeaderSource(HeaderSource):
         return groups
 
     def generate(self, requests: list[HeaderRequest]) -> list[HeaderResult]:
+        results, self.last_stats = self.stream_with_stats(requests)
+        return results
+
+    def stream(self, requests: list[HeaderRequest], on_result: Callable[[int, HeaderResult], None],
+               cancel: threading.Event | None = None) -> list[HeaderResult]:
+        results, self.last_stats = self.stream_with_stats(requests, on_result, cancel)
+        return results
+
+    def stream_with_stats(
+        self,
+        requests: list[HeaderRequest],
+        on_result: Callable[[int, HeaderResult], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> tuple[list[HeaderResult], HeaderRunStats]:
+        """Headers for `requests` (cache first, then the fleet), reported through `on_result` as they
+        arrive. Stats are per call: several documents share one source (and fleet) concurrently."""
         started = time.monotonic()
         stats = HeaderRunStats(chunks=len(requests))
-        self.last_stats = stats
         limit = self.fleet.context_limit
         fitted = [fit_prompt(r, self.prompt, self.counter, context_limit=limit, max_output_tokens=self.max_output_tokens,
                              safety=self.token_safety) for r in requests]
@@ -174,6 +191,8 @@ class OpenAIHeaderSource(HeaderSource):
         for index, key in enumerate(keys):
             if key in cached:
                 results[index] = HeaderResult(header=cached[key], source="openai", model=self.model)
+                if on_result is not None:
+                    on_result(index, results[index])
         stats.cache_hits = sum(1 for r in results if r is not None)
         pending = [i for i, r in enumerate(results) if r is None]
 
@@ -194,38 +213,49 @@ class OpenAIHeaderSource(HeaderSource):
         errors: list[str] = []
         to_cache: list[tuple[str, str, str]] = []
         waiting = set(futures)
-        while waiting:
-            done, waiting = concurrent.futures.wait(waiting, return_when=concurrent.futures.FIRST_COMPLETED)
-            for future in done:
-                indices = futures[future]
-                try:
-                    result: FleetResult = future.result()
-                except HeaderGenerationError as exc:
-                    if len(indices) > 1:  # batch failed: fall back to one chunk per request
-                        stats.batch_fallbacks += 1
-                        for index in indices:
-                            single = self.fleet.submit(self._single(requests[index], fitted[index]))
-                            futures[single] = [index]
-                            waiting.add(single)
+        try:
+            while waiting:
+                done, waiting = concurrent.futures.wait(waiting, timeout=0.5,
+                                                        return_when=concurrent.futures.FIRST_COMPLETED)
+                if cancel is not None and cancel.is_set():
+                    raise HeaderGenerationError(f"cancelled with {len(waiting)} requests still in flight")
+                for future in done:
+                    indices = futures[future]
+                    try:
+                        result: FleetResult = future.result()
+                    except HeaderGenerationError as exc:
+                        if len(indices) > 1:  # batch failed: fall back to one chunk per request
+                            stats.batch_fallbacks += 1
+                            for index in indices:
+                                single = self.fleet.submit(self._single(requests[index], fitted[index]))
+                                futures[single] = [index]
+                                waiting.add(single)
+                            continue
+                        errors.append(str(exc))
                         continue
-                    errors.append(str(exc))
-                    continue
-                stats.add(result)
-                values = result.value if len(indices) > 1 else {indices[0]: result.value}
-                for index in indices:
-                    header = values[index]
-                    results[index] = HeaderResult(
-                        header=header, source="openai", model=result.model,
-                        prompt_tokens=result.prompt_tokens // len(indices),
-                        completion_tokens=result.completion_tokens // len(indices), latency_s=result.latency_s,
-                        attempts=result.attempts, endpoint=result.replica, failovers=result.failovers,
-                    )
-                    to_cache.append((keys[index], header, result.model))
-            # Cache as results arrive: a crash mid-document re-spends no call on finished chunks.
-            if self.store is not None and (len(to_cache) >= CACHE_FLUSH_EVERY or not waiting):
+                    stats.add(result)
+                    values = result.value if len(indices) > 1 else {indices[0]: result.value}
+                    for index in indices:
+                        header = values[index]
+                        results[index] = HeaderResult(
+                            header=header, source="openai", model=result.model,
+                            prompt_tokens=result.prompt_tokens // len(indices),
+                            completion_tokens=result.completion_tokens // len(indices), latency_s=result.latency_s,
+                            attempts=result.attempts, endpoint=result.replica, failovers=result.failovers,
+                        )
+                        to_cache.append((keys[index], header, result.model))
+                        if on_result is not None and not errors:
+                            on_result(index, results[index])
+                # Cache as results arrive: a crash mid-document re-spends no call on finished chunks.
+                if self.store is not None and (len(to_cache) >= CACHE_FLUSH_EVERY or not waiting):
+                    self.store.cache_headers(to_cache)
+                    to_cache = []
+        finally:
+            for future in waiting:  # cancelled or failed: free the fleet for other documents
+                future.cancel()
+            if self.store is not None and to_cache:
                 self.store.cache_headers(to_cache)
-                to_cache = []
         stats.wall_s = time.monotonic() - started
         if errors:
             raise HeaderGenerationError(f"{len(errors)} of {len(requests)} chunks got no valid header; first: {errors[0]}")
-        return [r for r in results if r is not None]
+        return [r for r in results if r is not None], stats

@@ -91,13 +91,27 @@ class ChunkStore(ABC):
         return int(rows[0][0])
 
     def register_source(self, record: SourceRecord) -> None:
+        self.register_sources([record])
+
+    def register_sources(self, records: Sequence[SourceRecord]) -> None:
+        """Register (or re-register) many sources in one transaction; the last record of a doc_id wins.
+        One transaction matters on DuckDB, where each one opens the file (~25 ms): an inbox of 10,000
+        new files costs minutes one by one and a fraction of a second here."""
+        latest = list({r.doc_id: r for r in records}.values())
+        if not latest:
+            return
+        now = utc_now()
         with self._transaction() as cur:
-            self._exec(cur, "DELETE FROM ctx_sources WHERE doc_id = ?", (record.doc_id,))
-            self._exec(
-                cur,
-                "INSERT INTO ctx_sources (doc_id, path, file_hash, registered_at) VALUES (?, ?, ?, ?)",
-                (record.doc_id, record.path, record.file_hash, utc_now()),
-            )
+            for start in range(0, len(latest), 500):
+                batch = latest[start : start + 500]
+                placeholders = ", ".join("?" for _ in batch)
+                self._exec(cur, f"DELETE FROM ctx_sources WHERE doc_id IN ({placeholders})", [r.doc_id for r in batch])
+                self._exec(
+                    cur,
+                    "INSERT INTO ctx_sources (doc_id, path, file_hash, registered_at) VALUES "
+                    + ", ".join("(?, ?, ?, ?)" for _ in batch),
+                    [v for r in batch for v in (r.doc_id, r.path, r.file_hash, now)],
+                )
 
     def get_source(self, doc_id: str) -> SourceRecord | None:
         rows = self._query("SELECT doc_id, path, file_hash FROM ctx_sources WHERE doc_id = ?", (doc_id,))

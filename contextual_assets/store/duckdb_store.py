@@ -127,6 +127,7 @@ class DuckDBChunkStore(ChunkStore):
 
     # Whole write transactions are retried when another process or thread holds the file.
     register_source = _retry_on_lock(ChunkStore.register_source)
+    register_sources = _retry_on_lock(ChunkStore.register_sources)
     register_index_version = _retry_on_lock(ChunkStore.register_index_version)
     replace_document = _retry_on_lock(ChunkStore.replace_document)
     purge_document = _retry_on_lock(ChunkStore.purge_document)
