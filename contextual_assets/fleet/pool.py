@@ -203,6 +203,8 @@ class HeaderFleet:
         if not available:
             return None
         fresh = [s for s in available if s.url not in tried]
+        if not fresh and any(s.url not in tried and s.breaker.state == "closed" for s in self.replicas):
+            return None  # a healthy replica this request has not failed on is only busy: wait for it
         pool = fresh or available
         return min(pool, key=lambda s: ((s.outstanding_tokens + 1) / s.config.weight, s.in_flight, random.random()))
 
