@@ -114,6 +114,20 @@ def test_sources_registry(store):
     assert [s.doc_id for s in store.list_sources()] == ["d/x.pdf"]
 
 
+def test_register_sources_in_bulk(store):
+    store.register_source(SourceRecord(doc_id="k0", path="/in/old", file_hash="old"))
+    records = [SourceRecord(doc_id=f"k{i}", path=f"/in/k{i}", file_hash=f"{i}") for i in range(1200)]
+    # More than one batch of 500; a repeated doc_id keeps its last record; an existing one is replaced.
+    store.register_sources(records + [SourceRecord(doc_id="k7", path="/in/k7-new", file_hash="new")])
+    sources = {s.doc_id: s for s in store.list_sources()}
+    assert len(sources) == 1200
+    assert (sources["k0"].path, sources["k0"].file_hash) == ("/in/k0", "0")
+    assert (sources["k7"].path, sources["k7"].file_hash) == ("/in/k7-new", "new")
+    assert sources["k1199"].file_hash == "1199"
+    store.register_sources([])
+    assert len(store.list_sources()) == 1200
+
+
 def test_dense_lexical_hybrid_search(store):
     put(store, "a.txt", ["the penalty for late delivery is five percent", "office hours are nine to five",
                          "TokenBucket refills at a fixed rate"])
