@@ -221,3 +221,23 @@ def test_alias_compare_and_set(store):
     with pytest.raises(StoreError, match="moved to iv-a"):
         store.set_alias("production", "iv-c", expected="iv-b")
     assert store.set_alias("production", "iv-c", expected="iv-a") == "iv-a"
+
+
+def test_postgres_hnsw_ef_search(pg_url):
+    """The HNSW candidate list: 200 by default for top-10 (recall@10 >= 0.95 in bench.load), 4k for wide
+    queries, capped at pgvector's 1000; a store opened with another floor uses it and still finds the best."""
+    from contextual_assets.store.postgres_store import PostgresChunkStore
+
+    store = PostgresChunkStore(pg_url)
+    try:
+        assert [store.ef_search_for(k) for k in (10, 100, 400)] == [200, 400, 1000]
+    finally:
+        store.close()
+    store = PostgresChunkStore(pg_url, ef_search=16)
+    try:
+        store.migrate()
+        put(store, "a.txt", ["alpha", "beta", "gamma"])
+        assert store.ef_search_for(1) == 16
+        assert store.search_dense(unit(1), "iv-a", 1)[0].text == "beta"
+    finally:
+        store.close()

@@ -38,9 +38,14 @@ def _vector_literal(vector: Sequence[float]) -> str:
 class PostgresChunkStore(ChunkStore):
     dialect = "postgres"
 
-    def __init__(self, url: str, pool_size: int = 4):
+    # hnsw.ef_search for a top-10 query: bench.load measured recall@10 against exact search on 200,000
+    # clustered 384-dim vectors at 0.903 with pgvector's 40, 0.954 at 100 and 0.974 at 200 (p50 8 ms).
+    DEFAULT_EF_SEARCH = 200
+
+    def __init__(self, url: str, pool_size: int = 4, ef_search: int = DEFAULT_EF_SEARCH):
         super().__init__()
         self.url = url
+        self.ef_search = int(ef_search)
         self.location = f"postgres:{redact_url(url)}"
         try:
             self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, open=True, timeout=30,
@@ -126,6 +131,11 @@ class PostgresChunkStore(ChunkStore):
         )
         return [(r[0], int(r[1]), json.loads(r[2]) if r[2] else None) for r in rows]
 
+    def ef_search_for(self, k: int) -> int:
+        """HNSW candidate list for a top-k query: at least `ef_search`, 4k for wide (hybrid) queries;
+        pgvector accepts at most 1000."""
+        return max(1, min(1000, max(self.ef_search, k * 4)))
+
     def search_dense(self, vector: Sequence[float], index_version: str, k: int = 10) -> list[SearchHit]:
         dim = len(vector)
         literal = _vector_literal(vector)
@@ -138,7 +148,7 @@ class PostgresChunkStore(ChunkStore):
             with conn.transaction():
                 # Filtering by index version after the HNSW walk can leave fewer than k rows;
                 # a wider candidate list keeps recall, and an exact scan is the fallback.
-                conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, k * 4))}")
+                conn.execute(f"SET LOCAL hnsw.ef_search = {self.ef_search_for(k)}")
                 rows = conn.execute(sql, (literal, index_version, literal, k)).fetchall()
                 if len(rows) < k:
                     total = conn.execute(
