@@ -339,6 +339,7 @@ def run_legacy(workdir: Path, time_scale: float, docs, counter, settings) -> dic
 def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_chunks: int,
                  timeout_s: float = 1800) -> dict:
     import dagster as dg
+    from dagster._core.events import DagsterEventType
 
     from bench.deployment import DagsterDeployment, deployment_env, seed_dagster_home
     from contextual_assets.fleet.metrics import MetricsSampler
@@ -380,12 +381,12 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
                 event = record.dagster_event
                 if event is None:
                     continue
-                if event.event_type_value == "RUN_STARTING":
+                if event.event_type == DagsterEventType.RUN_STARTING:
                     launches.append(record.timestamp)
-                elif event.event_type_value == "RUN_START":
+                elif event.event_type == DagsterEventType.RUN_START:
                     run_starts.append(record.timestamp)
         commits = [record.timestamp for record in instance.fetch_materializations(
-            dg.AssetKey("chunk_embeddings"), limit=100000).records]
+            dg.AssetKey("chunk_embeddings"), limit=10000).records]
         materialized = instance.get_materialized_partitions(dg.AssetKey("chunk_embeddings"))
     finally:
         if sampler is not None:
