@@ -23,7 +23,7 @@ def _split_units(block: Block) -> list[str]:
 
 # Above this many characters, an unspaced "word" is cut in bounded windows instead of being
 # re-tokenized whole for every cut (which is quadratic: a multi-megabyte blob would take hours).
-_LARGE_WORD_CHARS = 100_000
+_LARGE_WORD_CHARS = 20_000
 
 
 def _pack_words(words: list[str], budget: int, counter: TokenCounter) -> list[str]:
@@ -57,36 +57,36 @@ def _pack_words(words: list[str], budget: int, counter: TokenCounter) -> list[st
     return pieces
 
 
-def _cut_large_word(piece: str, budget: int, counter: TokenCounter) -> tuple[list[str], str]:
-    """Cut pieces of at most `budget` tokens off the front of a huge unspaced piece, looking only at a
-    bounded window each time; returns (cut pieces, the remainder of at most _LARGE_WORD_CHARS)."""
-    out: list[str] = []
-    window_chars = max(64, budget * 8)
-    while len(piece) > _LARGE_WORD_CHARS:
-        window = piece[:window_chars]
-        lo, hi = 1, len(window)  # lo always fits (one character is one token)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if counter.count(window[:mid]) <= budget:
-                lo = mid
-            else:
-                hi = mid - 1
-        out.append(piece[:lo])
-        piece = piece[lo:]
-    return out, piece
+def _fit_prefix(text: str, budget: int, counter: TokenCounter) -> int:
+    """Length of the longest prefix of `text` (found by bisection) that holds at most `budget`
+    tokens; at least one character."""
+    lo, hi = 1, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if counter.count(text[:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _hard_split(text: str, budget: int, counter: TokenCounter) -> list[str]:
     """A single sentence or line longer than the budget: cut on whitespace."""
     pieces = _pack_words(text.split(" "), budget, counter)
-    # A "word" that alone exceeds the budget (e.g. a base64 blob) is cut by characters.
+    # A "word" that alone exceeds the budget (e.g. a base64 blob) is cut by characters. A huge one
+    # is cut through a bounded window (re-tokenizing all of it per cut is quadratic); a proportional
+    # cut that still holds too many tokens is shrunk until it fits.
+    large = max(_LARGE_WORD_CHARS, budget * 8)
     result: list[str] = []
     for piece in pieces:
-        if len(piece) > _LARGE_WORD_CHARS:
-            head, piece = _cut_large_word(piece, budget, counter)
-            result.extend(head)
-        while counter.count(piece) > budget and len(piece) > 1:
-            cut = max(1, len(piece) * budget // max(1, counter.count(piece)))
+        while len(piece) > 1:
+            window = piece[: budget * 8] if len(piece) > large else piece
+            total = counter.count(window)
+            if total <= budget and window is piece:
+                break
+            cut = max(1, len(window) * budget // max(1, total))
+            if counter.count(window[:cut]) > budget:
+                cut = _fit_prefix(window[:cut], budget, counter)
             result.append(piece[:cut])
             piece = piece[cut:]
         result.append(piece)

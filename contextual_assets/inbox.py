@@ -54,6 +54,11 @@ def scan_inbox(root: Path, previous: InboxState) -> tuple[InboxState, list[str]]
                 continue
             except OSError:
                 continue  # vanished between listing and stat: the sensor checks it is really gone
+            if key in state.entries:
+                # Two names that map to one key (e.g. the same name in NFC and NFD forms): never let
+                # one silently replace the other.
+                refused.append(f"{path}: same document key '{key}' as {state.entries[key].path}; rename one of them")
+                continue
             old = previous.entries.get(key)
             if old is not None and old.size == stat.st_size and old.mtime_ns == stat.st_mtime_ns:
                 sha = old.sha256

@@ -40,7 +40,9 @@ def build_new_documents_sensor(job, inbox: str, interval_s: int = 15):
         for key, entry in sorted(current.entries.items()):
             old = previous.entries.get(key)
             if key in added or old is None or old.sha256 != entry.sha256:
-                chunk_store.register_source(SourceRecord(doc_id=key, path=entry.path, file_hash=entry.sha256))
+                # The resolved path: a file swapped for a symlink later is refused when read.
+                chunk_store.register_source(SourceRecord(doc_id=key, path=str(Path(entry.path).resolve()),
+                                                         file_hash=entry.sha256))
                 # run_key makes a repeated tick idempotent: the same content is never requested twice.
                 run_requests.append(
                     dg.RunRequest(run_key=f"{key}@{entry.sha256[:16]}@{entry.mtime_ns}", partition_key=key,

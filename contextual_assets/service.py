@@ -49,7 +49,9 @@ def collect_sources(paths: Iterable[str | Path]) -> tuple[list[tuple[str, Path]]
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            for file in sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")):
+            # Hidden files and folders (.git, .cache, editor swap files) are skipped, as the sensor does.
+            for file in sorted(p for p in path.rglob("*")
+                               if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)):
                 if file.suffix.lower() not in SUPPORTED_EXTENSIONS:
                     refused.append(f"{file}: unsupported file type '{file.suffix}', skipped")
                     continue
@@ -75,7 +77,9 @@ def collect_sources(paths: Iterable[str | Path]) -> tuple[list[tuple[str, Path]]
 
 def register_sources(store: ChunkStore, instance: dg.DagsterInstance, sources: list[tuple[str, Path]]) -> None:
     for key, path in sources:
-        store.register_source(SourceRecord(doc_id=key, path=str(path.absolute()), file_hash=file_sha256(path)))
+        # The resolved path: the file is read without following links, so a file swapped for a
+        # symlink after registration is refused instead of read wherever it points.
+        store.register_source(SourceRecord(doc_id=key, path=str(path.resolve()), file_hash=file_sha256(path)))
     instance.add_dynamic_partitions(documents_partitions.name, [key for key, _ in sources])
 
 
@@ -155,7 +159,14 @@ def failure_message(result) -> str:
         if event.event_type_value == "STEP_FAILURE":
             data = event.step_failure_data
             if data and data.error:
-                message = data.error.message.strip()
+                # Dagster wraps what the step raised ("Error occurred while executing op ..."): the
+                # user-facing reason is the innermost cause, e.g. a StoreError naming the database.
+                error = data.error
+                while error.cause is not None and error.cls_name.startswith("Dagster"):
+                    error = error.cause
+                message = error.message.strip()
+                if message.startswith("contextual_assets.errors."):
+                    message = message.removeprefix("contextual_assets.errors.")
                 # dg.Failure's description is the user-facing message.
                 if data.user_failure_data and data.user_failure_data.description:
                     message = data.user_failure_data.description

@@ -14,8 +14,15 @@ DEFAULT_PROMPT = "header_v1"
 
 
 def escape_data(text: str) -> str:
-    """Document text cannot close the delimiters it is placed in."""
-    return re.sub(r"</?\s*(chunk|document)\b", lambda m: m.group(0).replace("<", "&lt;"), text, flags=re.IGNORECASE)
+    """Document text cannot open or close the delimiters it is placed in."""
+    return re.sub(r"<\s*/?\s*(chunk|document)\b", lambda m: m.group(0).replace("<", "&lt;"), text,
+                  flags=re.IGNORECASE)
+
+
+def inline_data(text: str) -> str:
+    """A document-controlled value placed on one line between double quotes (title, section path):
+    it cannot end the quotes, start a new line of instructions, or open or close a delimiter."""
+    return escape_data(" ".join(text.replace('"', "'").split()))
 
 
 @dataclass(frozen=True)
@@ -25,7 +32,7 @@ class PromptTemplate:
     user: str
 
     def render(self, *, title: str, section_path: str, context: str, **values: str) -> list[dict[str, str]]:
-        values = {"title": title.replace('"', "'"), "section_path": section_path or "(none)",
+        values = {"title": inline_data(title), "section_path": inline_data(section_path) or "(none)",
                   "context": escape_data(context), **{k: v if k == "chunks" else escape_data(v) for k, v in values.items()}}
         # One pass over the template, not str.format and not chained replaces: document text may
         # hold braces or text that looks like a placeholder.

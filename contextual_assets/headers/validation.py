@@ -8,6 +8,14 @@ from difflib import SequenceMatcher
 from ..errors import HeaderGenerationError
 
 _SENTENCE_END = re.compile(r"[.!?。؟](?:\s|$)")
+# The prompt's own markup: its opening tags with their attributes, its closing tags, or document
+# text as the prompt escapes it. A header holding one is the model echoing its prompt (or a
+# document's instructions), never a description of the passage. (A bare "<chunk>" in an otherwise
+# sound sentence is tolerated: small models write it when they mean "this passage".)
+_PROMPT_MARKUP = re.compile(
+    r"<\s*document\s+title\b|<\s*chunk\s+id\b|<\s*/\s*(?:document|chunk)\s*>|&lt;\s*/?\s*(?:document|chunk)\b",
+    re.IGNORECASE,
+)
 
 
 class HeaderValidationError(HeaderGenerationError):
@@ -46,6 +54,8 @@ def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_toke
                 if candidate != text:
                     text = candidate
                 break
+    if _PROMPT_MARKUP.search(text):
+        raise HeaderValidationError("header contains the prompt's <document>/<chunk> markup (an echoed prompt)")
     tokens = count_tokens(text)
     if tokens > max_tokens:
         raise HeaderValidationError(f"header has {tokens} tokens, over the limit of {max_tokens}")

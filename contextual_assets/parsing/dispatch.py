@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from pathlib import Path
 
 from ..errors import DocumentError
@@ -17,19 +20,65 @@ SUPPORTED_EXTENSIONS = sorted({".pdf", ".json"} | TEXT_EXTENSIONS | MARKDOWN_EXT
 
 
 def read_source(path: Path, max_bytes: int) -> bytes:
-    """Read a file with the checks that apply to every kind."""
+    """Read a file with the checks that apply to every kind.
+
+    The file is opened without following a symbolic link in its last component: registered paths
+    are resolved when they are registered (inbox sensor, `ctx ingest`), so a link found here was
+    swapped in afterwards and could point anywhere (outside the inbox). Size is checked on the open
+    file and enforced while reading, so a file that grows after the check cannot exceed the limit.
+    """
+    if os.path.islink(path):
+        raise DocumentError(
+            str(path), "is a symbolic link (it replaced the registered file); refused, since it may point "
+            "outside the inbox; add the file itself")
     if not path.exists():
         raise DocumentError(str(path), "file no longer exists (removed or renamed after it was registered)")
     if not path.is_file():
         raise DocumentError(str(path), "not a regular file")
-    size = path.stat().st_size
-    if size == 0:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise DocumentError(str(path), f"cannot be opened: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise DocumentError(str(path), "not a regular file")
+        if info.st_size == 0:
+            raise DocumentError(str(path), "empty file (0 bytes)")
+        if info.st_size > max_bytes:
+            raise DocumentError(str(path), _over_limit(info.st_size, max_bytes))
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise DocumentError(str(path), _over_limit(len(data), max_bytes) + " (it grew while being read)")
+    if not data:
         raise DocumentError(str(path), "empty file (0 bytes)")
-    if size > max_bytes:
-        raise DocumentError(
-            str(path), f"file is {size / 1e6:.1f} MB, over the limit of {max_bytes / 1e6:.1f} MB (CTX_MAX_FILE_MB)"
-        )
-    return path.read_bytes()
+    return data
+
+
+def _over_limit(size: int, max_bytes: int) -> str:
+    return f"file is {size / 1e6:.1f} MB, over the limit of {max_bytes / 1e6:.1f} MB (CTX_MAX_FILE_MB)"
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _clean(text: str) -> str:
+    """NUL characters (which Postgres text cannot hold) dropped, lone surrogates (which no store can
+    encode as UTF-8) replaced: PDFs and JSON imports can carry both."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    return _SURROGATES.sub("\ufffd", text)
+
+
+def _sanitize(parsed: ParsedSource) -> ParsedSource:
+    blocks = [
+        block.model_copy(update={"text": _clean(block.text), "section_path": [_clean(s) for s in block.section_path],
+                                 "title": _clean(block.title) if block.title is not None else None,
+                                 "source_doc": _clean(block.source_doc) if block.source_doc is not None else None,
+                                 "external_id": _clean(block.external_id) if block.external_id is not None else None})
+        for block in parsed.blocks
+    ]
+    return parsed.model_copy(update={"title": _clean(parsed.title), "blocks": blocks})
 
 
 def parse_file(path: Path, *, max_bytes: int = 100_000_000, max_pdf_pages: int = 2000) -> tuple[ParsedSource, bytes]:
@@ -53,6 +102,7 @@ def parse_file(path: Path, *, max_bytes: int = 100_000_000, max_pdf_pages: int =
         parsed = parse_code(path, data)
     else:
         parsed = parse_text(path, data)
+    parsed = _sanitize(parsed)
     if not any(block.text.strip() for block in parsed.blocks):
         raise DocumentError(str(path), "no text found in the document")
     return parsed, data

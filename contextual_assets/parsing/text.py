@@ -13,17 +13,32 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 
 
 def decode_text(path: Path, data: bytes) -> str:
-    """UTF-8 (with or without BOM) or UTF-16 with a BOM; anything else is a clear error."""
+    """UTF-8 (with or without BOM) or UTF-16 with a BOM; anything else is a clear error. NUL bytes
+    mean a binary file (or UTF-16 without a byte-order mark), not text."""
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return data.decode("utf-16")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
+        try:
+            text = data.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise DocumentError(
+                str(path), f"not valid UTF-16 text despite its byte-order mark ({exc.reason} at offset {exc.start}); "
+                "convert the file to UTF-8 and add it again",
+            ) from None
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise DocumentError(
+                str(path),
+                f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                "convert the file to UTF-8 and add it again",
+            ) from None
+    if "\x00" in text:
+        offset = text.index("\x00")
         raise DocumentError(
-            str(path),
-            f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-            "convert the file to UTF-8 and add it again",
-        ) from None
+            str(path), f"binary content, not text (NUL character at offset {offset}); if it is UTF-16 text, save it "
+            "as UTF-8 and add it again",
+        )
+    return text
 
 
 def _paragraphs(text: str) -> list[str]:
