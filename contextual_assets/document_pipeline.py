@@ -61,6 +61,7 @@ class DocumentJob:
     """Header-stage document bookkeeping, shared by the header, embedding and commit threads."""
 
     doc: ParsedDocument
+    seq: int  # admission order
     admitted_at: float
     headers: list[HeaderResult | None]
     vectors: list[list[float] | None]
@@ -81,7 +82,7 @@ class DocumentJob:
         return self.headers_done and self.embedded == len(self.doc.chunks) and not self.failed
 
 
-_DONE = object()
+_DONE = (float("inf"), 0)  # sorts after every (document, chunk) in the embedding queue
 
 
 class DocumentPipeline:
@@ -115,12 +116,15 @@ class DocumentPipeline:
         self.header_metadata = header_metadata
         self._events: queue.Queue[StageEvent] = queue.Queue()
         self._parsed: queue.Queue = queue.Queue(maxsize=self.settings.parse_ahead)
-        self._to_embed: queue.Queue = queue.Queue()
+        # Oldest document first: documents complete (and commit) in admission order, not interleaved.
+        self._to_embed: queue.PriorityQueue = queue.PriorityQueue()
         self._to_commit: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._admission = threading.Condition()
         self._chunks_in_flight = 0
         self._documents_in_flight = 0
+        self._admitted = 0
+        self._jobs: dict[int, DocumentJob] = {}
         self._header_threads: list[threading.Thread] = []
 
     # ---- driver ------------------------------------------------------------------------------
@@ -215,18 +219,22 @@ class DocumentPipeline:
                 return
             n = len(doc.chunks)
             with self._admission:
-                # Admit while the fleet's queue is short; always admit into an idle pipeline.
+                # Admit while fewer chunks than the high-water mark await headers, so the fleet's queue
+                # never drains at a document boundary; requests still go out in document order.
                 self._admission.wait_for(lambda: self._stop.is_set() or self._documents_in_flight == 0 or (
                     self._documents_in_flight < self.settings.max_documents_in_flight
-                    and self._chunks_in_flight + min(n, self.settings.chunks_in_flight) <= self.settings.chunks_in_flight
+                    and self._chunks_in_flight < self.settings.chunks_in_flight
                 ))
                 if self._stop.is_set():
                     return
                 self._documents_in_flight += 1
                 self._chunks_in_flight += n
-            job = DocumentJob(doc=doc, admitted_at=time.monotonic(), headers=[None] * n, vectors=[None] * n)
+            job = DocumentJob(doc=doc, seq=self._admitted, admitted_at=time.monotonic(), headers=[None] * n,
+                              vectors=[None] * n)
+            self._admitted += 1
             thread = threading.Thread(target=self._headers, args=(job,), name=f"ingest-headers-{doc.doc_id}",
                                       daemon=True)
+            self._jobs[job.seq] = job
             self._header_threads = [t for t in self._header_threads if t.is_alive()] + [thread]
             thread.start()
 
@@ -246,7 +254,7 @@ class DocumentPipeline:
             job.headers[index] = result
             released += 1
             self._release(chunks=1)
-            self._to_embed.put((job, index))
+            self._to_embed.put((job.seq, index))
 
         job.headers_started = time.monotonic()
         stats = None
@@ -285,7 +293,7 @@ class DocumentPipeline:
             pass
         while not self._stop.is_set():
             item = self._to_embed.get()
-            if item is _DONE:
+            if item == _DONE:
                 return
             batch = [item]
             while len(batch) < self.settings.embed_batch_max:
@@ -293,10 +301,11 @@ class DocumentPipeline:
                     more = self._to_embed.get_nowait()
                 except queue.Empty:
                     break
-                if more is _DONE:
+                if more == _DONE:
                     self._to_embed.put(_DONE)
                     break
                 batch.append(more)
+            batch = [(self._jobs[seq], i) for seq, i in batch if seq in self._jobs]
             batch = [(job, i) for job, i in batch if not job.failed]
             if not batch:
                 continue
@@ -364,6 +373,7 @@ class DocumentPipeline:
                 self._fail(job.key, "commit", f"commit of {job.key}: {message}")
                 continue
             self._release(document=True)
+            self._jobs.pop(job.seq, None)  # its vectors are in the store now
             commit_s = time.monotonic() - started
             self._events.put(StageEvent("committed", job.key, metadata={
                 "chunks": len(chunks),

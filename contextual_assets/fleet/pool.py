@@ -236,7 +236,7 @@ class HeaderFleet:
         async with self._cond:
             state.in_flight -= 1
             state.outstanding_tokens -= cost
-            self._cond.notify_all()
+            self._cond.notify(1)
 
     async def _attempt(self, request: FleetRequest, tried: set[str], attempt: int) -> FleetResult:
         state = await self._acquire(request, tried)
