@@ -221,7 +221,7 @@ def _message_text(content: Any) -> str:
 def _clean_words(text: str, n: int) -> list[str]:
     words = []
     for raw in text.split():
-        word = _WORD_CLEAN.sub("", raw)
+        word = _WORD_CLEAN.sub("", raw)[:16]  # long identifiers would make a real header overlong
         if word:
             words.append(word)
             if len(words) == n:

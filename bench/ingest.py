@@ -194,23 +194,35 @@ def fleet_figures(sim: SimFleet, timeline, until_done: float | None = None) -> d
     return figures
 
 
-def idle_figures(timeline) -> dict:
-    """From 10 Hz /metrics samples: when the first and last request were admitted, and the whole
-    seconds between them in which no replica's prompt-token counter moved."""
+def idle_figures(timeline, capacity: int = CAP * len(SPEEDS)) -> dict:
+    """From 10 Hz /metrics samples, between the first request admitted and the last: the whole
+    seconds in which no replica's prompt-token counter moved (`prompt_counter_still_s`), and those of
+    them in which the fleet also had a free slot (`idle_while_pending_s`). The difference is seconds
+    in which every slot was busy decoding (the first wave of requests starts and ends together), so
+    nothing could be admitted: busy, not idle."""
     moves: list[float] = []  # times at which some replica's prompt-token counter had moved
+    running: dict[int, list[float]] = {}
     for samples in timeline.samples.values():
         for (t0, v0), (t1, v1) in zip(samples, samples[1:]):
             if v1.get("vllm:prompt_tokens", 0) > v0.get("vllm:prompt_tokens", 0):
                 moves.append(t1)
     if not moves:
-        return {"first_request_t": None, "last_admission_t": None, "idle_while_pending_s": None, "timeline": []}
+        return {"first_request_t": None, "last_admission_t": None, "idle_while_pending_s": None,
+                "prompt_counter_still_s": None, "timeline": []}
     first, last = min(moves), max(moves)
+    totals: dict[float, float] = {}  # per sampling tick (0.1 s), requests running over all replicas
+    for samples in timeline.samples.values():
+        for t, values in samples:
+            tick = round(t, 1)
+            totals[tick] = totals.get(tick, 0.0) + values.get("vllm:num_requests_running", 0)
+    for tick, value in totals.items():
+        running.setdefault(int(tick - first), []).append(value)
     seconds = {int(t - first) for t in moves}
     span = int(last - first) + 1
-    idle = sum(1 for s in range(span) if s not in seconds)
-    rows = [r for r in timeline.per_second()]
-    return {"first_request_t": first, "last_admission_t": last, "idle_while_pending_s": idle,
-            "pending_span_s": span, "timeline": rows}
+    still = [s for s in range(span) if s not in seconds]
+    idle = [s for s in still if min(running.get(s, [0.0])) < capacity]
+    return {"first_request_t": first, "last_admission_t": last, "idle_while_pending_s": len(idle),
+            "prompt_counter_still_s": len(still), "pending_span_s": span, "timeline": timeline.per_second()}
 
 
 # ---- the corpus's requests and embedding time -------------------------------------------------
@@ -289,12 +301,11 @@ def run_floor(workdir: Path, time_scale: float, docs, counter, settings) -> dict
     return {"wall_s": round(wall, 2), **figures}
 
 
-def calibrate(workdir: Path, docs, counter, settings, embed_s: float, probe_scale: float = 0.05) -> float:
-    """The time scale at which the floor is twice the embedding time: one fast probe run gives the
-    fleet's simulated seconds for the corpus (its busiest replica's), then scale = 2 x embed / that."""
+def calibrate(workdir: Path, docs, counter, settings, embed_s: float, probe_scale: float = 0.5) -> float:
+    """The time scale at which the floor is twice the embedding time. Floor wall time is linear in
+    the scale while the client keeps the fleet full, so one probe at `probe_scale` fixes it."""
     probe = run_floor(workdir, probe_scale, docs, counter, settings)
-    simulated = max(probe["sim_busy_s"])
-    return round(2 * embed_s / simulated, 4)
+    return round(probe_scale * 2 * embed_s / probe["wall_s"], 4)
 
 
 def run_legacy(workdir: Path, time_scale: float, docs, counter, settings) -> dict:
@@ -445,6 +456,8 @@ def summarize(rounds: list[dict]) -> dict:
         "wall_s": median("platform", "wall_s"),
         "legacy_wall_s": median("legacy", "wall_s"),
         "idle_while_pending_s": median("platform", "idle_while_pending_s"),
+        "prompt_counter_still_s": median("platform", "prompt_counter_still_s"),
+        "floor_prompt_counter_still_s": median("floor", "prompt_counter_still_s"),
         "legacy_idle_while_pending_s": median("legacy", "idle_while_pending_s"),
         "startup_s": median("platform", "startup_s"),
         "submit_to_launch_s": median("platform", "submit_to_launch_s"),

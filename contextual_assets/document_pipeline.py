@@ -124,6 +124,7 @@ class DocumentPipeline:
         self._chunks_in_flight = 0
         self._documents_in_flight = 0
         self._admitted = 0
+        self._first_admitted = threading.Event()
         self._jobs: dict[int, DocumentJob] = {}
         self._header_threads: list[threading.Thread] = []
 
@@ -237,6 +238,7 @@ class DocumentPipeline:
             self._jobs[job.seq] = job
             self._header_threads = [t for t in self._header_threads if t.is_alive()] + [thread]
             thread.start()
+            self._first_admitted.set()
 
     def _release(self, chunks: int = 0, document: bool = False) -> None:
         with self._admission:
@@ -286,7 +288,11 @@ class DocumentPipeline:
 
     # ---- embedding ---------------------------------------------------------------------------
     def _embed_loop(self) -> None:
-        # Load the model while the first documents are parsed and their headers are generated.
+        # Load the model once the first requests are out (imports hold the GIL), while the fleet
+        # generates the first headers.
+        while not self._first_admitted.wait(0.5):
+            if self._stop.is_set():
+                return
         try:
             self.embedder.warm()
         except Exception:  # noqa: BLE001 - the first batch reports it, per document
