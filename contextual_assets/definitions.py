@@ -58,7 +58,7 @@ def build_definitions(settings: PlatformSettings | None = None) -> dg.Definition
         assets=[build_ingest_assets(settings.partitions_per_run), *eval_assets_list],
         asset_checks=eval_checks,
         jobs=[ingest_job, evaluate_and_promote_job],
-        sensors=[build_new_documents_sensor(ingest_job, settings.inbox)],
+        sensors=[build_new_documents_sensor(ingest_job, settings.inbox, partitions_per_run=settings.partitions_per_run)],
         resources=build_resources(settings),
         # One process per run, not per step: a step process costs ~3 s of imports per document.
         executor=dg.in_process_executor,

@@ -1,18 +1,21 @@
 """`new_documents`: the inbox folder drives the `documents` partitions."""
 
 
+import hashlib
 import os
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from .assets import documents_partitions
 from .inbox import InboxState, scan_inbox
 from .models import SourceRecord
+from .partition_ranges import partition_ranges
 from .resources import ChunkStoreResource
 
 
-def build_new_documents_sensor(job, inbox: str, interval_s: int = 15):
+def build_new_documents_sensor(job, inbox: str, interval_s: int = 15, partitions_per_run: int = 50):
     @dg.sensor(
         name="new_documents",
         job=job,
@@ -36,18 +39,30 @@ def build_new_documents_sensor(job, inbox: str, interval_s: int = 15):
         # Removed only when the file is really gone (not merely unreadable for a moment).
         removed = sorted(k for k in existing if k not in current.entries and k in previous.entries
                          and not os.path.lexists(previous.entries[k].path))
+        added_set = set(added)
+        changed = {key: entry for key, entry in sorted(current.entries.items())
+                   if key in added_set or key not in previous.entries
+                   or previous.entries[key].sha256 != entry.sha256}
+        # One transaction for every new or changed file (one per file is minutes for 10,000 files on
+        # DuckDB). The resolved path: a file swapped for a symlink later is refused when read.
+        chunk_store.register_sources([SourceRecord(doc_id=key, path=str(Path(entry.path).resolve()),
+                                                   file_hash=entry.sha256) for key, entry in changed.items()])
+        # Several documents per run (as a backfill does): new partitions are appended in `added`
+        # order, so they and runs of neighbouring changed ones form contiguous partition ranges.
+        ordered = [k for k in context.instance.get_dynamic_partitions(documents_partitions.name)
+                   if k not in added_set] + added
         run_requests: list[dg.RunRequest] = []
-        for key, entry in sorted(current.entries.items()):
-            old = previous.entries.get(key)
-            if key in added or old is None or old.sha256 != entry.sha256:
-                # The resolved path: a file swapped for a symlink later is refused when read.
-                chunk_store.register_source(SourceRecord(doc_id=key, path=str(Path(entry.path).resolve()),
-                                                         file_hash=entry.sha256))
-                # run_key makes a repeated tick idempotent: the same content is never requested twice.
-                run_requests.append(
-                    dg.RunRequest(run_key=f"{key}@{entry.sha256[:16]}@{entry.mtime_ns}", partition_key=key,
-                                  tags={"ctx/trigger": "inbox", "ctx/file_sha256": entry.sha256})
-                )
+        for keys in partition_ranges(ordered, list(changed), partitions_per_run):
+            # run_key makes a repeated tick idempotent: the same content is never requested twice.
+            run_key = ";".join(f"{k}@{changed[k].sha256[:16]}@{changed[k].mtime_ns}" for k in keys)
+            tags = {"ctx/trigger": "inbox", "ctx/documents": str(len(keys))}
+            if len(keys) == 1:
+                tags["ctx/file_sha256"] = changed[keys[0]].sha256
+                run_requests.append(dg.RunRequest(run_key=run_key, partition_key=keys[0], tags=tags))
+            else:
+                run_key = f"{keys[0]}..{keys[-1]}#{hashlib.sha256(run_key.encode()).hexdigest()[:24]}"
+                tags.update({ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
+                run_requests.append(dg.RunRequest(run_key=run_key, tags=tags))
         for key in removed:
             purged = chunk_store.purge_document(key)
             context.log.info(f"{key}: file removed from the inbox; purged {purged} chunks")

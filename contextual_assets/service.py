@@ -17,6 +17,7 @@ from .inbox import file_sha256
 from .models import SourceRecord
 from .parsing import SUPPORTED_EXTENSIONS
 from .partition_keys import key_for_path, partition_key_for
+from .partition_ranges import partition_ranges
 from .store import ChunkStore
 
 REPO_DAGSTER_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
@@ -125,22 +126,6 @@ def ingest_partitions(
             if on_done:
                 on_done(outcome)
     return outcomes
-
-
-def partition_ranges(ordered: list[str], keys: list[str], per_run: int) -> list[list[str]]:
-    """`keys` as runs of consecutive partitions in `ordered`, each at most `per_run` long."""
-    position = {key: i for i, key in enumerate(ordered)}
-    missing = [k for k in keys if k not in position]
-    if missing:
-        raise ValueError(f"not registered as partitions: {missing[:5]}")
-    groups: list[list[str]] = []
-    for key in sorted(set(keys), key=position.__getitem__):
-        last = groups[-1] if groups else None
-        if last and position[key] == position[last[-1]] + 1 and len(last) < per_run:
-            last.append(key)
-        else:
-            groups.append([key])
-    return groups
 
 
 def failed_documents(result) -> dict[str, str]:

@@ -46,6 +46,18 @@ class Harness:
     def partitions(self) -> set[str]:
         return set(self.instance.get_dynamic_partitions("documents"))
 
+    def requested(self, data) -> list[str]:
+        """The partitions a tick's run requests cover: one key, or a contiguous range of them."""
+        ordered = self.instance.get_dynamic_partitions("documents")
+        keys: list[str] = []
+        for request in data.run_requests:
+            if request.partition_key is not None:
+                keys.append(request.partition_key)
+            else:
+                span = request.partition_key_range
+                keys.extend(ordered[ordered.index(span.start): ordered.index(span.end) + 1])
+        return keys
+
 
 def test_add_modify_delete(tmp_path, settings_factory):
     settings = settings_factory()
@@ -61,7 +73,8 @@ def test_add_modify_delete(tmp_path, settings_factory):
     assert len(keys) == 2 and "notes.txt" in keys
     report_key = next(k for k in keys if k.startswith("team_reports/"))
     assert report_key.startswith("team_reports/Q3_final_.md~"), "readable, safe, and disambiguated"
-    assert {r.partition_key for r in first.run_requests} == keys
+    # New documents of one tick are pipelined in one run over their partition range.
+    assert len(first.run_requests) == 1 and sorted(harness.requested(first)) == sorted(keys)
     assert all(r.run_key for r in first.run_requests)
 
     # A tick with nothing new requests nothing; replaying the old cursor repeats the same run keys
@@ -75,7 +88,7 @@ def test_add_modify_delete(tmp_path, settings_factory):
     doc.write_text("# Q3\n\nRevenue grew 14 percent.\n")
     os.utime(doc, ns=(time.time_ns(), time.time_ns()))
     modified = harness.tick()
-    assert [r.partition_key for r in modified.run_requests] == [report_key]
+    assert harness.requested(modified) == [report_key]
     assert modified.run_requests[0].run_key not in {r.run_key for r in first.run_requests}
 
     # Materialize something for the document, then delete the file: partition and rows go.
@@ -123,7 +136,7 @@ def test_cursor_survives_restart(tmp_path, settings_factory):
     restarted.cursor = saved
     assert restarted.tick().run_requests == []
     (inbox / "b.md").write_text("# B\n\ntext\n")
-    assert [r.partition_key for r in restarted.tick().run_requests] == ["b.md"]
+    assert restarted.requested(restarted.tick()) == ["b.md"]
 
 
 def test_symlink_outside_inbox_is_refused(tmp_path, settings_factory):
@@ -136,7 +149,7 @@ def test_symlink_outside_inbox_is_refused(tmp_path, settings_factory):
     (inbox / "ok.txt").write_text("inside")
     harness = Harness(settings, tmp_path / "dagster_home")
     data = harness.tick()
-    assert [r.partition_key for r in data.run_requests] == ["ok.txt"]
+    assert harness.requested(data) == ["ok.txt"]
 
 
 def test_missing_inbox_purges_nothing(tmp_path, settings_factory):
