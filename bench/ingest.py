@@ -529,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {
             "workload": args.workload, "documents": len(paths), "chunks": sum(len(d.chunks) for d in docs),
             "embed_s": round(embed_s, 2), "time_scale": time_scale, "speeds": list(SPEEDS), "cap": CAP,
-            "partitions_per_run": int(os.environ.get("CTX_PARTITIONS_PER_RUN", "50")),
+            "partitions_per_run": int(os.environ.get("CTX_PARTITIONS_PER_RUN", "200")),
             "machine": f"{os.cpu_count()} cores", "rounds": rounds, **summary,
         }
         write_json(args.json, result)

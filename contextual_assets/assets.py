@@ -21,7 +21,7 @@ from .resources import ChunkStoreResource, EmbedderResource, HeaderSourceResourc
 documents_partitions = dg.DynamicPartitionsDefinition(name="documents")
 
 INGEST_GROUP = "ingest"
-DEFAULT_PARTITIONS_PER_RUN = 50
+DEFAULT_PARTITIONS_PER_RUN = 200
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -62,6 +62,7 @@ def build_ingest_assets(partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN) ->
         # serve them all, and their header requests overlap (see README, "Throughput").
         backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=max(1, partitions_per_run)),
         description="Parse, header, embed and commit every document partition of the run, pipelined.",
+        pool="ctx_ingest",
     )
     def ingest_document_partitions(
         context: dg.AssetExecutionContext,

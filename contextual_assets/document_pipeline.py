@@ -50,7 +50,7 @@ class StageEvent:
 
 @dataclass
 class PipelineSettings:
-    max_documents_in_flight: int = 64  # documents between admission and commit
+    max_documents_in_flight: int = 64  # documents waiting for headers
     chunks_in_flight: int = 128  # header requests outstanding before the next document is admitted
     parse_ahead: int = 4  # parsed documents waiting for admission
     embed_batch_max: int = 64  # chunks per forward pass, at most
@@ -274,16 +274,16 @@ class DocumentPipeline:
             self._fail(job.key, "headers", f"headers for {job.doc.source_path}: {message}")
             return
         job.headers_finished = time.monotonic()
+        # The document leaves the header stage: an embedding or commit backlog never holds back
+        # admission (the fleet would starve behind the CPU).
+        self._release(document=True)
         metadata = self.header_metadata(job, stats) if self.header_metadata else {}
         self._events.put(StageEvent("headered", job.key, metadata=metadata))
         with job.lock:
             job.headers_done = True
-            abandoned = job.failed  # the embedding stage gave up on it while headers streamed
             ready = job.complete() and not job.queued_for_commit
             job.queued_for_commit |= ready
-        if abandoned:
-            self._release(document=True)
-        elif ready:  # every chunk was already embedded (e.g. all headers came from the cache)
+        if ready:  # every chunk was already embedded (e.g. all headers came from the cache)
             self._to_commit.put(job)
 
     # ---- embedding ---------------------------------------------------------------------------
@@ -340,9 +340,6 @@ class DocumentPipeline:
             if job.failed:
                 return
             job.failed = True
-            headers_done = job.headers_done
-        if headers_done:  # otherwise the header thread releases its document when it ends
-            self._release(document=True)
         self._fail(job.key, stage, error)
 
     # ---- commit ------------------------------------------------------------------------------
@@ -370,15 +367,12 @@ class DocumentPipeline:
                 )
                 self.store.replace_document(record, chunks, require_current_source=True)
             except StaleDocumentError as exc:
-                self._release(document=True)
                 self._fail(job.key, "commit", str(exc), retryable=False)
                 continue
             except Exception as exc:  # noqa: BLE001 - store down or locked past its retries
-                self._release(document=True)
                 message = str(exc) if isinstance(exc, ContextualError) else f"{type(exc).__name__}: {exc}"
                 self._fail(job.key, "commit", f"commit of {job.key}: {message}")
                 continue
-            self._release(document=True)
             self._jobs.pop(job.seq, None)  # its vectors are in the store now
             commit_s = time.monotonic() - started
             self._events.put(StageEvent("committed", job.key, metadata={

@@ -15,7 +15,7 @@ from .partition_ranges import partition_ranges
 from .resources import ChunkStoreResource
 
 
-def build_new_documents_sensor(job, inbox: str, interval_s: int = 15, partitions_per_run: int = 50):
+def build_new_documents_sensor(job, inbox: str, interval_s: int = 15, partitions_per_run: int = 200):
     @dg.sensor(
         name="new_documents",
         job=job,

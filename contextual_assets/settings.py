@@ -36,7 +36,7 @@ class PlatformSettings(BaseModel):
     context_tokens: int = 1000
     max_file_mb: float = 100.0
     max_pdf_pages: int = 2000
-    partitions_per_run: int = 50
+    partitions_per_run: int = 200
     gold_path: str = ""
     gate_floors_json: str = "{}"
     gate_tolerance: float = 0.02
@@ -67,7 +67,7 @@ class PlatformSettings(BaseModel):
             context_tokens=int(_env("CTX_CONTEXT_TOKENS", "1000")),
             max_file_mb=float(_env("CTX_MAX_FILE_MB", "100")),
             max_pdf_pages=int(_env("CTX_MAX_PDF_PAGES", "2000")),
-            partitions_per_run=int(_env("CTX_PARTITIONS_PER_RUN", "50")),
+            partitions_per_run=int(_env("CTX_PARTITIONS_PER_RUN", "200")),
             gold_path=_env("CTX_GOLD_FILE"),
             gate_floors_json=_env("CTX_GATE_FLOORS", "{}"),
             gate_tolerance=float(_env("CTX_GATE_TOLERANCE", "0.02")),
