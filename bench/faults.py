@@ -544,7 +544,7 @@ def scenario_malformed(ctx: Context, n_docs: int = 3, modes: tuple[str, ...] = (
         expected = expected_chunks(docs)
         always = mode == "always_empty"
         kind = "empty" if always else mode
-        rate = 1.0 if always else 0.3
+        rate = 1.0 if always else 0.2
         fleet = Fleet(work, [1, 1], time_scale=0.3,
                       faults={i: {"malformed": kind, "malformed_rate": rate} for i in range(2)})
         try:
@@ -568,7 +568,8 @@ def scenario_malformed(ctx: Context, n_docs: int = 3, modes: tuple[str, ...] = (
                 unexplained = [k for k, e in res.failed.items() if not e.strip()]
                 r.check(f"{mode}: failures carry a reason", not unexplained)
                 r.check(f"{mode}: completes (rc {res.rc})", res.rc == 0)
-                notes.append(f"{mode}: {len(res.succeeded)} ok, {len(res.failed)} failed")
+                notes.append(f"{mode}: {len(res.succeeded)} ok, {len(res.failed)} failed"
+                             + "".join(f" ({e[-160:]!r})" for e in list(res.failed.values())[:1]))
                 states.append((state, expected, set(expected)))
         finally:
             fleet.stop()
