@@ -432,6 +432,37 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     }
 
 
+def run_sensor_tick(workdir: Path, paths: list[Path]) -> dict:
+    """One `new_documents` tick over an inbox holding the corpus (every file new), as the daemon
+    evaluates it: how long the tick takes and how many runs it requests."""
+    import shutil
+
+    import dagster as dg
+
+    from contextual_assets.definitions import build_definitions, build_resources
+    from contextual_assets.settings import PlatformSettings
+
+    root = workdir / f"sensor-{time.monotonic_ns()}"
+    inbox = root / "inbox"
+    inbox.mkdir(parents=True)
+    for path in paths:
+        shutil.copyfile(path, inbox / path.name)
+    settings = PlatformSettings(home=str(root), inbox=str(inbox), duckdb_path=str(root / "index.duckdb"),
+                                header_source="structural")
+    defs = build_definitions(settings)
+    sensor = defs.resolve_sensor_def("new_documents")
+    instance = dg.DagsterInstance.local_temp(str(root / "dagster_home"))
+    try:
+        started = time.monotonic()
+        with dg.build_sensor_context(instance_ref=instance.get_ref(), cursor=None, definitions=defs,
+                                     resources={"store": build_resources(settings)["store"]}) as context:
+            data = sensor.evaluate_tick(context)
+        tick_s = time.monotonic() - started
+    finally:
+        instance.dispose()
+    return {"documents": len(paths), "tick_s": round(tick_s, 2), "run_requests": len(data.run_requests)}
+
+
 # ---- driver --------------------------------------------------------------------------------------
 
 def one_round(workdir: Path, time_scale: float, paths, docs, counter, settings, modes: list[str]) -> dict:
@@ -525,7 +556,19 @@ def main(argv: list[str] | None = None) -> int:
             rounds.append(one_round(workdir, time_scale, paths, docs, counter, settings, modes))
             print(f"round {i + 1}: " + ", ".join(f"{m} {r['wall_s']} s" for m, r in rounds[-1].items()), flush=True)
         summary = summarize(rounds)
+        if args.workload == "small":
+            summary["sensor_tick"] = run_sensor_tick(workdir, paths)
+            platform = [r["platform"] for r in rounds if "platform" in r]
+            floor = [r["floor"] for r in rounds if "floor" in r]
+            if platform and floor:
+                # What a document costs beyond its share of fleet time, and where it goes.
+                summary["per_document_overhead_s"] = round(
+                    (summary["wall_s"] - summary["floor_s"]) / len(paths), 3)
         print_table(args.workload, time_scale, embed_s, rounds, summary)
+        if "sensor_tick" in summary:
+            print(f"sensor tick over {len(paths)} new files: {summary['sensor_tick']['tick_s']} s, "
+                  f"{summary['sensor_tick']['run_requests']} run request(s); per-document overhead "
+                  f"{summary.get('per_document_overhead_s')} s")
         result = {
             "workload": args.workload, "documents": len(paths), "chunks": sum(len(d.chunks) for d in docs),
             "embed_s": round(embed_s, 2), "time_scale": time_scale, "speeds": list(SPEEDS), "cap": CAP,

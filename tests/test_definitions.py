@@ -38,3 +38,20 @@ def test_card_assets_groups_kinds_and_partitions(settings_factory):
         assert node.partitions_def.name == "documents"
     assert graph.get(dg.AssetKey("retrieval_eval")).partitions_def is None
     assert defs.resolve_sensor_def("new_documents").job_name == "ingest_documents"
+
+
+def test_ingest_step_runs_many_partitions_in_the_ingest_pool(settings_factory):
+    """A backfill puts CTX_PARTITIONS_PER_RUN partitions in one run; the step is in pool
+    `ctx_ingest`, which the shipped dagster.yaml limits to one slot with run granularity."""
+    import yaml
+
+    defs = build_definitions(settings_factory(partitions_per_run=7))
+    ingest = defs.resolve_assets_def(dg.AssetKey("chunk_embeddings"))
+    assert ingest.keys == {dg.AssetKey(k) for k in ("parsed_chunks", "chunk_headers", "chunk_embeddings")}
+    assert ingest.backfill_policy == dg.BackfillPolicy.multi_run(max_partitions_per_run=7)
+    assert ingest.op.pool == "ctx_ingest"
+    shipped = yaml.safe_load((REPO_ROOT / "dagster.yaml").read_text())
+    assert shipped["concurrency"]["pools"] == {"default_limit": 1, "granularity": "run"}
+    with dg.instance_for_test(overrides={"concurrency": shipped["concurrency"]}) as instance:
+        config = instance.get_concurrency_config()
+        assert config.pool_config.default_pool_limit == 1 and config.pool_config.pool_granularity.value == "run"
