@@ -195,34 +195,35 @@ def fleet_figures(sim: SimFleet, timeline, until_done: float | None = None) -> d
 
 
 def idle_figures(timeline, capacity: int = CAP * len(SPEEDS)) -> dict:
-    """From 10 Hz /metrics samples, between the first request admitted and the last: the whole
-    seconds in which no replica's prompt-token counter moved (`prompt_counter_still_s`), and those of
-    them in which the fleet also had a free slot (`idle_while_pending_s`). The difference is seconds
-    in which every slot was busy decoding (the first wave of requests starts and ends together), so
-    nothing could be admitted: busy, not idle."""
+    """From 10 Hz /metrics samples: when the first and last request were admitted, and the seconds
+    between them that were idle (see `idle_seconds`)."""
     moves: list[float] = []  # times at which some replica's prompt-token counter had moved
-    running: dict[int, list[float]] = {}
     for samples in timeline.samples.values():
         for (t0, v0), (t1, v1) in zip(samples, samples[1:]):
             if v1.get("vllm:prompt_tokens", 0) > v0.get("vllm:prompt_tokens", 0):
                 moves.append(t1)
+    rows = timeline.per_second()
     if not moves:
         return {"first_request_t": None, "last_admission_t": None, "idle_while_pending_s": None,
-                "prompt_counter_still_s": None, "timeline": []}
-    first, last = min(moves), max(moves)
-    totals: dict[float, float] = {}  # per sampling tick (0.1 s), requests running over all replicas
-    for samples in timeline.samples.values():
-        for t, values in samples:
-            tick = round(t, 1)
-            totals[tick] = totals.get(tick, 0.0) + values.get("vllm:num_requests_running", 0)
-    for tick, value in totals.items():
-        running.setdefault(int(tick - first), []).append(value)
-    seconds = {int(t - first) for t in moves}
-    span = int(last - first) + 1
-    still = [s for s in range(span) if s not in seconds]
-    idle = [s for s in still if min(running.get(s, [0.0])) < capacity]
-    return {"first_request_t": first, "last_admission_t": last, "idle_while_pending_s": len(idle),
-            "prompt_counter_still_s": len(still), "pending_span_s": span, "timeline": timeline.per_second()}
+                "prompt_counter_still_s": None, "timeline": rows}
+    return {"first_request_t": min(moves), "last_admission_t": max(moves), **idle_seconds(rows, capacity),
+            "timeline": rows}
+
+
+def idle_seconds(rows: list[dict], capacity: int) -> dict:
+    """Per-second rows of the timeline, from the first second in which a prompt-token counter moved
+    to the last: `prompt_counter_still_s` counts the seconds in which none moved; of those,
+    `idle_while_pending_s` counts the ones that ended with a free slot in the fleet. A second that
+    ends with every slot running was busy throughout: without an admission the number running can
+    only fall, and a fall with requests queued is an admission (a first wave of requests that start
+    and finish together decodes for seconds without one)."""
+    moved = [r["t"] for r in rows if r["prompt_tokens"] > 0]
+    if not moved:
+        return {"idle_while_pending_s": None, "prompt_counter_still_s": None, "pending_span_s": 0}
+    window = [r for r in rows if moved[0] <= r["t"] <= moved[-1]]
+    still = [r for r in window if r["prompt_tokens"] <= 0]
+    return {"idle_while_pending_s": sum(1 for r in still if r["running"] < capacity),
+            "prompt_counter_still_s": len(still), "pending_span_s": len(window)}
 
 
 # ---- the corpus's requests and embedding time -------------------------------------------------

@@ -174,6 +174,9 @@ class DocumentPipeline:
         return run
 
     def _fail(self, key: str, stage: Stage, error: str, retryable: bool = True) -> None:
+        for seq, job in list(self._jobs.items()):  # drop what the failed document held
+            if job.key == key:
+                self._jobs.pop(seq, None)
         self._events.put(StageEvent("failed", key, stage=stage, error=error, retryable=retryable))
 
     # ---- parse -------------------------------------------------------------------------------

@@ -30,6 +30,11 @@ from .config import FleetConfig, ReplicaConfig
 from .discovery import DEFAULT_DISCOVERY, ModelDiscovery, ResolvedModel
 
 
+# A replica this many times slower (per token) than the fastest healthy one is used only while the
+# queue is long (see HeaderFleet._worth_it).
+SLOW_FACTOR = 2.5
+
+
 class RetryableFleetError(HeaderGenerationError):
     """A failed attempt worth retrying (elsewhere)."""
 
@@ -85,10 +90,16 @@ class ReplicaState:
     completed: int = 0
     failures: int = 0
     last_error: str = ""
+    seconds_per_token: float | None = None  # moving average of answer latency per token of cost
 
     @property
     def url(self) -> str:
         return self.config.base_url
+
+    def observe(self, latency_s: float, cost: int) -> None:
+        sample = latency_s / max(1, cost)
+        self.seconds_per_token = sample if self.seconds_per_token is None else (
+            0.8 * self.seconds_per_token + 0.2 * sample)
 
 
 @dataclass
@@ -125,6 +136,7 @@ class HeaderFleet:
         from openai import AsyncOpenAI
 
         self._cond = asyncio.Condition()
+        self._waiting = 0  # requests waiting for a slot
         states = []
         for replica in self.config.replicas:
             served = self.resolved.per_endpoint.get(replica.base_url)
@@ -198,21 +210,37 @@ class HeaderFleet:
                 f"{label}: every replica has been failing for over {self.config.unavailable_timeout_s:.0f} s ({detail})"
             )
 
-    def _pick(self, tried: set[str]) -> ReplicaState | None:
+    def _pick(self, tried: set[str], cost: int = 1) -> ReplicaState | None:
         available = [s for s in self.replicas if s.in_flight < s.config.max_in_flight and s.breaker.allow()]
         if not available:
             return None
         fresh = [s for s in available if s.url not in tried]
         if not fresh and any(s.url not in tried and s.breaker.state == "closed" for s in self.replicas):
             return None  # a healthy replica this request has not failed on is only busy: wait for it
-        pool = fresh or available
+        pool = [s for s in (fresh or available) if self._worth_it(s, cost)]
+        if not pool:
+            return None  # only much slower replicas are free: a fast slot comes sooner
         return min(pool, key=lambda s: ((s.outstanding_tokens + 1) / s.config.weight, s.in_flight, random.random()))
+
+    def _worth_it(self, state: ReplicaState, cost: int) -> bool:
+        """Shortest expected completion: a replica much slower than the fastest healthy one gets a
+        request only while the queue is long enough that waiting for a fast slot would take longer
+        (so a slow replica adds capacity mid-run but never holds the last answers of a run)."""
+        known = [s for s in self.replicas if s.seconds_per_token is not None and s.breaker.state == "closed"]
+        if state.seconds_per_token is None or not known:
+            return True
+        fastest = min(s.seconds_per_token for s in known)
+        if state.seconds_per_token <= SLOW_FACTOR * fastest:
+            return True
+        fast = [s for s in known if s.seconds_per_token <= SLOW_FACTOR * fastest]
+        rate = sum(s.config.max_in_flight / (s.seconds_per_token * cost) for s in fast)  # answers per second
+        return state.seconds_per_token * cost <= self._waiting / rate + fastest * cost
 
     async def _acquire(self, request: FleetRequest, tried: set[str]) -> ReplicaState:
         cost = request.est_prompt_tokens + request.max_tokens
         async with self._cond:
             while True:
-                state = self._pick(tried)
+                state = self._pick(tried, cost)
                 if state is None:
                     # Only when nothing can take the request: a half-open replica still gets its probe.
                     self._update_down()
@@ -227,10 +255,13 @@ class HeaderFleet:
                     wait = max(0.05, min(s.breaker.seconds_until_probe() for s in self.replicas))
                 else:
                     wait = 1.0
+                self._waiting += 1
                 try:
                     await asyncio.wait_for(self._cond.wait(), timeout=wait)
                 except asyncio.TimeoutError:
                     pass
+                finally:
+                    self._waiting -= 1
 
     async def _release(self, state: ReplicaState, cost: int) -> None:
         async with self._cond:
@@ -281,6 +312,7 @@ class HeaderFleet:
                 self.counters.invalid += 1
                 raise InvalidAnswerError(f"invalid answer from {state.url} ({exc})") from None
             state.completed += 1
+            state.observe(time.monotonic() - started, cost)
             return FleetResult(
                 value=value, raw=raw, replica=state.url, model=state.model,
                 prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
