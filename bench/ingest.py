@@ -452,6 +452,7 @@ def run_sensor_tick(workdir: Path, paths: list[Path]) -> dict:
                                 header_source="structural")
     defs = build_definitions(settings)
     sensor = defs.resolve_sensor_def("new_documents")
+    (root / "dagster_home").mkdir()
     instance = dg.DagsterInstance.local_temp(str(root / "dagster_home"))
     try:
         started = time.monotonic()
