@@ -176,7 +176,7 @@ class SimFleet:
             self.proc.kill()
 
 
-def fleet_figures(sim: SimFleet, timeline, until_done: float | None = None) -> dict:
+def fleet_figures(sim: SimFleet, timeline) -> dict:
     """Shares per replica and the idle seconds of the sampled /metrics timeline."""
     stats = sim.stats()
     completed = [s["completed"] for s in stats]

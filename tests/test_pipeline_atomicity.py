@@ -16,34 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.faults import CHUNK_TOKENS, expected_chunks, write_corpus
 from bench.ingest import SimFleet
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = 8
-CHUNK_TOKENS = 60
-
-
-def _write_documents(folder: Path) -> None:
-    folder.mkdir()
-    for d in range(DOCUMENTS):
-        sections = []
-        for s in range(3):
-            sentences = " ".join(
-                f"Depot {d}-{s}-{n} ships {d * 31 + s * 7 + n} crates of valve parts to station {n} every week."
-                for n in range(6)
-            )
-            sections.append(f"## Part {s + 1}\n\n{sentences}\n")
-        (folder / f"manual_{d}.md").write_text(f"# Manual {d}\n\n" + "\n".join(sections))
-
-
-def _expected_chunks(folder: Path) -> dict[str, int]:
-    from contextual_assets.pipeline import parse_document
-    from contextual_assets.tokens import token_counter
-
-    counter = token_counter()
-    return {f"docs/{p.name}": len(parse_document("x", p, counter, chunk_tokens=CHUNK_TOKENS, max_bytes=10**8,
-                                                 max_pdf_pages=10).chunks)
-            for p in sorted(folder.iterdir())}
 
 
 def _requests(sim: SimFleet) -> int:
@@ -57,8 +34,8 @@ def test_killed_pipelined_run_leaves_only_whole_documents(backend, tmp_path, req
     from contextual_assets.store import open_store
 
     docs = tmp_path / "docs"
-    _write_documents(docs)
-    expected = _expected_chunks(docs)
+    write_corpus(docs, DOCUMENTS)
+    expected = expected_chunks(docs)
     assert all(n >= 3 for n in expected.values())
     database_url = request.getfixturevalue("pg_url") if backend == "postgres" else ""
     home = tmp_path / "dagster_home"
