@@ -24,7 +24,7 @@ install-dev: $(DEV_STAMP)
 
 demo: $(STAMP)
 	mkdir -p $(DAGSTER_HOME) && cp -n dagster.yaml $(DAGSTER_HOME)/dagster.yaml || true
-	$(BIN)/python -m contextual_assets.demo
+	$(BIN)/python -m contextual_assets.app.demo
 
 test: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q

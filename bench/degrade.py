@@ -10,7 +10,7 @@ from collections.abc import Callable
 from contextual_assets.embedding import Embedder
 from contextual_assets.index_version import index_version_of
 from contextual_assets.models import HeaderedChunk, content_hash
-from contextual_assets.pipeline import embed_chunks
+from contextual_assets.embedding import embed_chunks
 from contextual_assets.store import ChunkStore
 
 Transform = Callable[[list[HeaderedChunk]], list[HeaderedChunk]]

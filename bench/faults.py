@@ -60,8 +60,8 @@ def write_corpus(folder: Path, n_docs: int, tag: str = "", first: int = 0) -> No
 
 def expected_chunks(folder: Path) -> dict[str, int]:
     """{partition key: chunk count}, keyed as `ctx ingest FOLDER` keys them."""
-    from contextual_assets.pipeline import parse_document
-    from contextual_assets.tokens import token_counter
+    from contextual_assets.ingest.parse import parse_document
+    from contextual_assets.parsing.tokens import token_counter
 
     counter = token_counter()
     return {f"{folder.name}/{p.name}": len(parse_document("x", p, counter, chunk_tokens=CHUNK_TOKENS,
@@ -175,7 +175,7 @@ class Env:
 
     def start(self, *paths: Path) -> subprocess.Popen:
         self.prepare()
-        return subprocess.Popen([sys.executable, "-m", "contextual_assets.cli", "ingest", "--json", *map(str, paths)],
+        return subprocess.Popen([sys.executable, "-m", "contextual_assets.app.cli", "ingest", "--json", *map(str, paths)],
                                 cwd=REPO_ROOT, env=self.environ(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
 
@@ -460,9 +460,10 @@ def _floor(workdir: Path, docs: Path, time_scale: float, cap: int) -> float:
     from contextual_assets.headers.budget import fit_prompt
     from contextual_assets.headers.openai_source import OpenAIHeaderSource
     from contextual_assets.headers.prompt import DEFAULT_PROMPT, load_prompt
-    from contextual_assets.pipeline import header_requests, parse_document
+    from contextual_assets.headers.context import header_requests
+    from contextual_assets.ingest.parse import parse_document
     from contextual_assets.settings import PlatformSettings
-    from contextual_assets.tokens import token_counter
+    from contextual_assets.parsing.tokens import token_counter
 
     counter = token_counter()
     settings = PlatformSettings()

@@ -229,10 +229,10 @@ def idle_seconds(rows: list[dict], capacity: int) -> dict:
 # ---- the corpus's requests and embedding time -------------------------------------------------
 
 def corpus_chunks(paths: list[Path]):
-    from contextual_assets.partition_keys import partition_key_for
-    from contextual_assets.pipeline import parse_document
+    from contextual_assets.ingest.document_keys import partition_key_for
+    from contextual_assets.ingest.parse import parse_document
     from contextual_assets.settings import PlatformSettings
-    from contextual_assets.tokens import token_counter
+    from contextual_assets.parsing.tokens import token_counter
 
     settings = PlatformSettings()
     counter = token_counter()
@@ -272,9 +272,9 @@ def header_source(fleet, counter, store=None):
 
 
 def run_floor(workdir: Path, time_scale: float, docs, counter, settings) -> dict:
-    from contextual_assets.fleet.metrics import MetricsSampler
+    from contextual_assets.fleet.vllm_metrics import MetricsSampler
     from contextual_assets.headers.budget import fit_prompt
-    from contextual_assets.pipeline import header_requests
+    from contextual_assets.headers.context import header_requests
 
     sim = SimFleet.start(workdir, time_scale)
     fleet = header_fleet(sim.base_urls)
@@ -311,10 +311,12 @@ def calibrate(workdir: Path, docs, counter, settings, embed_s: float, probe_scal
 
 def run_legacy(workdir: Path, time_scale: float, docs, counter, settings) -> dict:
     from contextual_assets.embedding import SentenceTransformerEmbedder
-    from contextual_assets.fleet.metrics import MetricsSampler
+    from contextual_assets.fleet.vllm_metrics import MetricsSampler
     from contextual_assets.index_version import index_fingerprint, index_version_of
     from contextual_assets.models import DocumentRecord, SourceRecord
-    from contextual_assets.pipeline import attach_headers, embed_chunks
+    from contextual_assets.embedding import embed_chunks
+    from contextual_assets.headers.context import header_requests
+    from contextual_assets.models import HeaderedChunk
     from contextual_assets.store import open_store
 
     store = open_store(None, workdir / f"legacy-{time.monotonic_ns()}.duckdb")
@@ -332,7 +334,10 @@ def run_legacy(workdir: Path, time_scale: float, docs, counter, settings) -> dic
         sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
         started = time.monotonic()
         for doc in docs:
-            headered, _ = attach_headers(doc, source, counter, settings.context_tokens)
+            # The legacy loop: one document at a time, its headers, then its embedding and commit.
+            results = source.generate(header_requests(doc, counter, settings.context_tokens))
+            headered = [HeaderedChunk(**chunk.model_dump(), header=result.header, header_source=result.source,
+                                      header_model=result.model) for chunk, result in zip(doc.chunks, results)]
             embedded = embed_chunks(headered, embedder)
             store.replace_document(DocumentRecord(
                 doc_id=doc.doc_id, index_version=version, source_path=doc.source_path, kind=doc.kind, title=doc.title,
@@ -354,10 +359,10 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     from dagster._core.events import DagsterEventType
 
     from bench.deployment import DagsterDeployment, deployment_env, seed_dagster_home
-    from contextual_assets.fleet.metrics import MetricsSampler
-    from contextual_assets.inbox import file_sha256
+    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+    from contextual_assets.ingest.inbox import file_sha256
     from contextual_assets.models import SourceRecord
-    from contextual_assets.partition_keys import partition_key_for
+    from contextual_assets.ingest.document_keys import partition_key_for
     from contextual_assets.store import open_store
 
     root = workdir / f"platform-{time.monotonic_ns()}"
@@ -440,7 +445,7 @@ def run_sensor_tick(workdir: Path, paths: list[Path]) -> dict:
 
     import dagster as dg
 
-    from contextual_assets.definitions import build_definitions, build_resources
+    from contextual_assets.defs.definitions import build_definitions, build_resources
     from contextual_assets.settings import PlatformSettings
 
     root = workdir / f"sensor-{time.monotonic_ns()}"

@@ -8,8 +8,9 @@ import threading
 from abc import ABC, abstractmethod
 from functools import lru_cache
 
-from .errors import ConfigurationError
-from .tokens import bundled_model_dir
+from contextual_assets.errors import ConfigurationError
+from contextual_assets.models import EmbeddedChunk, HeaderedChunk
+from contextual_assets.parsing.tokens import bundled_model_dir
 
 TEXT_LAYOUT_VERSION = "layout-v1"
 
@@ -108,3 +109,9 @@ class OpenAIEmbedder(Embedder):
         if vectors:
             self.dimension = len(vectors[0])
         return vectors
+
+
+def embed_chunks(chunks: list[HeaderedChunk], embedder: Embedder) -> list[EmbeddedChunk]:
+    """Header + chunk of each chunk embedded in one call (the pipeline batches across documents itself)."""
+    vectors = embedder.embed([embedding_text(c.header, c.text) for c in chunks])
+    return [EmbeddedChunk(**c.model_dump(), embedding=v) for c, v in zip(chunks, vectors)]

@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from .chunking import CHUNKER_VERSION
+from contextual_assets.parsing.chunking import CHUNKER_VERSION
 from .embedding import TEXT_LAYOUT_VERSION
 
 

@@ -87,16 +87,3 @@ class DocumentRecord(BaseModel):
     file_hash: str
     n_chunks: int
     updated_at: str
-
-
-class HeaderedDocument(BaseModel):
-    """A parsed document whose chunks carry headers, bound to the index version they belong to."""
-
-    doc_id: str
-    source_path: str
-    kind: str
-    title: str
-    file_hash: str
-    index_version: str
-    fingerprint: dict[str, str]
-    chunks: list[HeaderedChunk]

@@ -5,8 +5,13 @@ import os
 
 import dagster as dg
 
-from contextual_assets.index_version import index_fingerprint, index_version_of
-from contextual_assets.resources import ChunkStoreResource, EmbedderResource, HeaderSourceResource, ParsingResource
+from contextual_assets.defs.resources import (
+    ChunkStoreResource,
+    EmbedderResource,
+    HeaderSourceResource,
+    ParsingResource,
+    current_index_version,
+)
 
 from .dashboard import comparison_table, metric_metadata, regressions_table
 from .evaluate import evaluate, save_report, section_diagnostics
@@ -21,11 +26,6 @@ EVAL_GROUP = "evaluation"
 class RetrievalEvalConfig(dg.Config):
     gold_path: str = ""  # empty: the gate resource's gold_path (CTX_GOLD_FILE)
     index_version: str = ""  # the candidate; empty: the version the current settings build
-
-
-def current_index_version(headers: HeaderSourceResource, embedder: EmbedderResource, parsing: ParsingResource) -> str:
-    source = headers.build(parsing.counter())  # resolves the served model (discovery is cached)
-    return index_version_of(index_fingerprint(source.identity, embedder.identity(), parsing.chunk_tokens))
 
 
 @dg.asset(

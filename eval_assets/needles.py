@@ -51,7 +51,7 @@ STRATA = ("start", "middle", "end")
 SECTION_SEPARATOR = " > "
 _NOTES_PREFIX = "section: "
 
-# Where the chunker splits sentences (contextual_assets.chunking._SENTENCE_END), restricted to
+# Where the chunker splits sentences (contextual_assets.parsing.chunking._SENTENCE_END), restricted to
 # boundaries followed by what starts a sentence, so a fact never lands after "Ms." or "e.g.".
 _BOUNDARY = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 _SENTENCE_START = re.compile(r"[\"'(\[]?[A-Z0-9]")

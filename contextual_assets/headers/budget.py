@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import HeaderGenerationError
-from ..tokens import TokenCounter
+from contextual_assets.parsing.tokens import TokenCounter
 from .base import HeaderRequest
 from .prompt import PromptTemplate
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import HeaderGenerationError
 from ..fleet.pool import FleetRequest, FleetResult, HeaderFleet
-from ..tokens import TokenCounter
+from contextual_assets.parsing.tokens import TokenCounter
 from .base import HeaderRequest, HeaderResult, HeaderSource
 from .budget import FittedPrompt, estimate_tokens, fit_prompt
 from .cache import header_cache_key

@@ -1,0 +1,235 @@
+"""`ctx`: ingest, search and status from the command line, through the same Dagster definitions,
+instance and store as the UI. Settings come from the environment (see README)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _settings():
+    from contextual_assets.settings import PlatformSettings
+
+    return PlatformSettings.from_env()
+
+
+def _current_version(defs_resources) -> str:
+    from contextual_assets.defs.resources import current_index_version
+
+    return current_index_version(defs_resources["headers"], defs_resources["embedder"], defs_resources["parsing"])
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    settings = _settings()
+    from contextual_assets.app.ingest_runs import collect_sources, ensure_dagster_home, ingest_partitions, register_sources
+
+    ensure_dagster_home(settings.home)
+    import dagster as dg
+
+    from contextual_assets.defs.definitions import build_definitions, build_resources
+
+    sources, refused = collect_sources(args.paths)
+    for reason in refused:
+        print(f"skipped: {reason}", file=sys.stderr)
+    if not sources:
+        print("nothing to ingest", file=sys.stderr)
+        return EXIT_USAGE if not refused else EXIT_FAILED
+    resources = build_resources(settings)
+    store = resources["store"].open()
+    defs = build_definitions(settings)
+    with dg.DagsterInstance.get() as instance:
+        register_sources(store, instance, sources)
+        bar = tqdm(total=len(sources), unit="doc", desc="ingest", disable=args.json or not sys.stderr.isatty())
+        def done(outcome):
+            bar.update(1)
+            if not args.json:
+                status = f"ok   {outcome.chunks:5d} chunks" if outcome.success else "FAIL"
+                tqdm.write(f"{status}  {outcome.key}" + (f"  -- {outcome.error}" if outcome.error else ""),
+                           file=sys.stderr)
+        outcomes = ingest_partitions(defs, instance, sources, on_done=done,
+                                     log_level="DEBUG" if args.verbose else "CRITICAL")
+        bar.close()
+    failed = [o for o in outcomes if not o.success]
+    if args.json:
+        print(json.dumps([o.model_dump() for o in outcomes], indent=2))
+    else:
+        print(f"{len(outcomes) - len(failed)} ingested, {len(failed)} failed; store {store.location}; "
+              f"index version {_current_version(resources)}")
+    return EXIT_FAILED if failed or refused else EXIT_OK
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from contextual_assets.defs.definitions import build_resources
+
+    settings = _settings()
+    resources = build_resources(settings)
+    store = resources["store"].open()
+    # The promoted index by default; the version the current settings build until one is promoted.
+    version = args.version or store.get_alias(args.alias) or _current_version(resources)
+    if store.count_chunks(version) == 0:
+        known = ", ".join(f"{v['index_version']} ({v['chunks']} chunks)" for v in store.index_versions()) or "none"
+        print(f"index version {version} holds no chunks (known versions: {known}); ingest first or pass --version",
+              file=sys.stderr)
+        return EXIT_FAILED
+    if args.mode == "lexical":
+        hits = store.search_lexical(args.query, version, args.k)
+    else:
+        vector = resources["embedder"].get().embed([args.query])[0]
+        hits = (store.search_dense(vector, version, args.k) if args.mode == "dense"
+                else store.search_hybrid(args.query, vector, version, args.k))
+    if args.json:
+        print(json.dumps([
+            {"document": h.doc_id, "source_doc": h.source_doc, "title": h.title, "section_path": h.section_path,
+             "page_start": h.page_start, "page_end": h.page_end, "text": h.text, "header": h.header,
+             "score": h.score, "index_version": h.index_version}
+            for h in hits
+        ], indent=2, ensure_ascii=False))
+        return EXIT_OK
+    for rank, h in enumerate(hits, start=1):
+        pages = f" p.{h.page_start}" + (f"-{h.page_end}" if h.page_end and h.page_end != h.page_start else "") \
+            if h.page_start else ""
+        section = " > ".join(h.section_path) or "-"
+        print(f"{rank:2d}. [{h.score:.4f}] {h.doc_id}{pages} :: {section}")
+        if h.header:
+            print(f"    header: {h.header}")
+        snippet = " ".join(h.text.split())
+        print(f"    {snippet[:240]}{'...' if len(snippet) > 240 else ''}")
+    if not hits:
+        print("no results", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from contextual_assets.defs.definitions import build_resources
+
+    settings = _settings()
+    resources = build_resources(settings)
+    store = resources["store"].open()
+    source, warning = resources["headers"].resolved_source()
+    status = {
+        "store": store.location,
+        "schema_version": store.schema_version(),
+        "inbox": os.path.abspath(settings.inbox),
+        "header_source": source,
+        "header_warning": warning,
+        "current_index_version": _current_version(resources),
+        "production": store.get_alias("production"),
+        "sources": len(store.list_sources()),
+        "index_versions": store.index_versions(),
+    }
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return EXIT_OK
+    for key in ("store", "schema_version", "inbox", "header_source", "current_index_version", "production", "sources"):
+        print(f"{key:22s} {status[key]}")
+    if warning:
+        print(f"{'note':22s} {warning}")
+    for v in status["index_versions"]:
+        fp = v["fingerprint"]
+        print(f"  {v['index_version']}  {v['documents']:4d} docs {v['chunks']:6d} chunks  "
+              f"{fp['header_source']}/{fp['header_model']} {fp['embedder']} {fp['chunker']}")
+    return EXIT_OK
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from contextual_assets.defs.definitions import build_resources
+
+    store = build_resources(_settings())["store"].open()
+    restored, replaced = store.rollback_alias(args.alias, reason=args.reason)
+    print(f"{args.alias}: {replaced} -> {restored}")
+    return EXIT_OK
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Run `evaluate_and_promote` (retrieval_eval, its checks, promoted_index) in this process."""
+    settings = _settings()
+    from contextual_assets.app.ingest_runs import ensure_dagster_home
+
+    ensure_dagster_home(settings.home)
+    import dagster as dg
+
+    from contextual_assets.defs.definitions import build_definitions, build_resources
+
+    defs = build_definitions(settings)
+    config = {"gold_path": args.gold, "index_version": args.version}
+    with dg.DagsterInstance.get() as instance:
+        result = defs.resolve_job_def("evaluate_and_promote").execute_in_process(
+            instance=instance, raise_on_error=False, run_config={
+                "ops": {"retrieval_eval": {"config": config}},
+                "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}})
+    evaluations = [e.asset_check_evaluation_data for e in result.all_events
+                   if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    for check in evaluations:
+        print(f"check {check.check_name:20s} {'passed' if check.passed else 'FAILED'}")
+    materialized = {e.step_materialization_data.materialization.asset_key.to_user_string():
+                    e.step_materialization_data.materialization for e in result.get_asset_materialization_events()}
+    if "retrieval_eval" not in materialized:
+        from contextual_assets.app.ingest_runs import failure_message
+
+        print(f"error: {failure_message(result)}", file=sys.stderr)
+        return EXIT_FAILED
+    print(materialized["retrieval_eval"].metadata["comparison"].value)
+    store = build_resources(settings)["store"].open()
+    print(f"production -> {store.get_alias('production') or 'none'}")
+    gate = next((c for c in evaluations if c.check_name == "eval_gate"), None)
+    return EXIT_OK if gate is not None and gate.passed else EXIT_FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ctx", description="Contextual-retrieval ingestion platform")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ingest = sub.add_parser("ingest", help="ingest files or folders through the Dagster assets")
+    ingest.add_argument("paths", nargs="+")
+    ingest.add_argument("--json", action="store_true", help="print per-document outcomes as JSON")
+    ingest.add_argument("-v", "--verbose", action="store_true", help="show Dagster's run logs")
+    ingest.set_defaults(func=cmd_ingest)
+    search = sub.add_parser("search", help="search the index")
+    search.add_argument("query")
+    search.add_argument("-k", type=int, default=5)
+    search.add_argument("--mode", choices=["hybrid", "dense", "lexical"], default="hybrid")
+    search.add_argument("--version", default="",
+                        help="index version (default: the 'production' alias, else the one current settings build)")
+    search.add_argument("--alias", default="production", help=argparse.SUPPRESS)
+    search.add_argument("--json", action="store_true")
+    search.set_defaults(func=cmd_search)
+    rollback = sub.add_parser("rollback", help="point the production alias back at its previous version")
+    rollback.add_argument("--alias", default="production")
+    rollback.add_argument("--reason", default="manual rollback")
+    rollback.set_defaults(func=cmd_rollback)
+    evaluate = sub.add_parser("eval", help="evaluate the candidate index against production; promote if the gate passes")
+    evaluate.add_argument("--gold", default="", help="gold file (default: CTX_GOLD_FILE)")
+    evaluate.add_argument("--version", default="", help="candidate index version (default: current settings)")
+    evaluate.set_defaults(func=cmd_evaluate)
+    status = sub.add_parser("status", help="store, settings and index versions")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    for noisy in ("bm25s", "sentence_transformers", "transformers", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from contextual_assets.errors import ContextualError
+
+    try:
+        return args.func(args)
+    except ContextualError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Ingest assets, one partition per document: parsed_chunks -> chunk_headers -> chunk_embeddings.
+
+The three assets are materialized by one multi-asset step that pipelines every document of the run
+(see `document_pipeline`): a backfill puts up to `CTX_PARTITIONS_PER_RUN` partitions in one run so
+that the header fleet stays saturated across document boundaries, while each partition still gets
+its own materializations, and a document that fails is reported failed alone (its partition shows
+failed; the others of the run stay materialized; the run fails).
+"""
+
+import time
+
+import dagster as dg
+
+from contextual_assets.ingest.pipeline import DocumentJob, DocumentPipeline, PipelineSettings, StageEvent, mean_header_words
+from contextual_assets.errors import ContextualError
+from contextual_assets.fleet.vllm_metrics import MetricsSampler, MetricsTimeline
+from contextual_assets.headers.openai_source import HeaderRunStats, OpenAIHeaderSource
+from contextual_assets.index_version import index_fingerprint, index_version_of
+from contextual_assets.defs.partitions import documents_partitions
+from contextual_assets.defs.resources import ChunkStoreResource, EmbedderResource, HeaderSourceResource, ParsingResource
+
+INGEST_GROUP = "ingest"
+DEFAULT_PARTITIONS_PER_RUN = 200
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+class IngestConfig(dg.Config):
+    """Pipelining knobs (run config; the defaults suit a fleet of a few replicas)."""
+
+    max_documents_in_flight: int = 64
+    fleet_queue_factor: float = 2.0  # chunks in flight = factor x the fleet's total in-flight caps
+    embed_batch_max: int = 64
+
+
+INGEST_SPECS = [
+    dg.AssetSpec("parsed_chunks", group_name=INGEST_GROUP, kinds={"python", "pdf"}, skippable=True,
+                 description="A document parsed into section-aware chunks within the embedder's token budget."),
+    dg.AssetSpec("chunk_headers", deps=["parsed_chunks"], group_name=INGEST_GROUP, kinds={"openai", "python"},
+                 skippable=True,
+                 description="A one- or two-sentence situating header for every chunk (LLM fleet, structural or none)."),
+    dg.AssetSpec("chunk_embeddings", deps=["chunk_headers"], group_name=INGEST_GROUP,
+                 kinds={"pytorch", "duckdb", "postgres"}, skippable=True,
+                 description="Header + chunk embedded and committed to the store: one atomic replace per document."),
+]
+ASSET_OF_STAGE = {"parsed": "parsed_chunks", "headered": "chunk_headers", "committed": "chunk_embeddings"}
+
+
+def build_ingest_assets(partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN) -> dg.AssetsDefinition:
+    @dg.multi_asset(
+        name="ingest_document_partitions",
+        specs=INGEST_SPECS,
+        partitions_def=documents_partitions,
+        can_subset=False,
+        # Several documents per run: one process start-up, one fleet pool and one loaded embedder
+        # serve them all, and their header requests overlap (see README, "Throughput").
+        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=max(1, partitions_per_run)),
+        description="Parse, header, embed and commit every document partition of the run, pipelined.",
+        pool="ctx_ingest",
+    )
+    def ingest_document_partitions(
+        context: dg.AssetExecutionContext,
+        config: IngestConfig,
+        store: ChunkStoreResource,
+        parsing: ParsingResource,
+        headers: HeaderSourceResource,
+        embedder: EmbedderResource,
+    ):
+        keys = list(context.partition_keys)
+        chunk_store = store.open()
+        try:
+            resolved, warning = headers.resolved_source()
+            source = headers.build(parsing.counter(), store=chunk_store)
+        except ContextualError as exc:
+            raise dg.Failure(description=f"header source: {exc}", allow_retries=False) from None
+        if warning:
+            context.log.warning(warning)
+        fingerprint = index_fingerprint(source.identity, embedder.identity(), parsing.chunk_tokens)
+        version = index_version_of(fingerprint)
+        fleet_capacity = 0
+        sampler = None
+        if isinstance(source, OpenAIHeaderSource):
+            fleet_capacity = sum(r.config.max_in_flight for r in source.fleet.replicas)
+            if headers.sample_metrics:
+                sampler = MetricsSampler([r.url for r in source.fleet.replicas], interval_s=0.1).start()
+
+        def header_metadata(job: DocumentJob, stats: HeaderRunStats | None) -> dict:
+            metadata = {
+                "header_source": resolved,
+                "header_model": source.identity["header_model"],
+                "prompt_version": source.identity["prompt_version"],
+                "source_warning": warning or "none",
+                "chunks": len(job.doc.chunks),
+                "mean_header_words": mean_header_words(job),
+                "index_version": version,
+                "headers_s": round(job.headers_finished - job.headers_started, 3),
+            }
+            if isinstance(source, OpenAIHeaderSource) and stats is not None:
+                metadata.update(fleet_metadata(source, stats))
+            if sampler is not None:
+                # vLLM /metrics while this document's headers were generated, one row per second.
+                metadata["fleet_timeline"] = dg.MetadataValue.json(
+                    timeline_window(sampler.timeline, job.headers_started, job.headers_finished))
+            first = next((r.header for r in job.headers if r is not None and r.header), "")
+            if first:
+                metadata["example_header"] = first
+            return metadata
+
+        pipeline = DocumentPipeline(
+            store=chunk_store, counter=parsing.counter(), chunk_tokens=parsing.chunk_tokens,
+            max_bytes=int(parsing.max_file_mb * 1_000_000), max_pdf_pages=parsing.max_pdf_pages,
+            header_source=source, context_tokens=headers.context_tokens, embedder=embedder.get(),
+            index_version=version, fingerprint=fingerprint, header_metadata=header_metadata,
+            settings=PipelineSettings(
+                max_documents_in_flight=config.max_documents_in_flight,
+                chunks_in_flight=max(16, int(config.fleet_queue_factor * fleet_capacity)) if fleet_capacity else 4096,
+                embed_batch_max=config.embed_batch_max,
+            ),
+        )
+        started = time.monotonic()
+        failures: dict[str, StageEvent] = {}
+        committed = 0
+        try:
+            for event in pipeline.run(keys):
+                if event.kind == "warning":
+                    context.log.warning(event.error or "")
+                elif event.kind == "failed":
+                    failures[event.key] = event
+                    context.log.error(f"{event.key}: {event.stage or 'ingest'} failed: {event.error}")
+                else:
+                    committed += event.kind == "committed"
+                    yield dg.AssetMaterialization(asset_key=ASSET_OF_STAGE[event.kind], partition=event.key,
+                                                  metadata=event.metadata)
+        finally:
+            if sampler is not None:
+                sampler.stop()
+        context.log.info(f"{committed} of {len(keys)} documents committed in {time.monotonic() - started:.1f} s")
+        if failures:
+            first = next(iter(failures.values()))
+            raise dg.Failure(
+                description=(f"{len(failures)} of {len(keys)} documents failed; first: {first.key}: {first.error}"
+                             if len(keys) > 1 else str(first.error)),
+                metadata={"failed_documents": dg.MetadataValue.json(
+                    {key: {"stage": e.stage, "error": e.error} for key, e in sorted(failures.items())})},
+                # Parse errors and stale sources need the user; fleet or store outages may pass.
+                allow_retries=any(e.retryable for e in failures.values()),
+            )
+
+    return ingest_document_partitions
+
+
+def timeline_window(timeline: MetricsTimeline, start: float, end: float) -> list[dict]:
+    first, last = int(start - timeline.started), int(end - timeline.started)
+    return [row for row in timeline.per_second() if first <= row["t"] <= last]
+
+
+def fleet_metadata(source: OpenAIHeaderSource, stats: HeaderRunStats) -> dict:
+    sent = sum(stats.per_replica.values())
+    return {
+        "served_model": source.model,
+        "model_revision": source.revision or "unpinned",
+        "requests": stats.requests,
+        "batch_requests": stats.batch_requests,
+        "batch_fallbacks": stats.batch_fallbacks,
+        "cache_hits": stats.cache_hits,
+        "retries": stats.retries,
+        "failovers": stats.failovers,
+        "prompt_tokens": stats.prompt_tokens,
+        "completion_tokens": stats.completion_tokens,
+        "trimmed_contexts": stats.trimmed_contexts,
+        "latency_p50_s": round(_percentile(stats.latencies, 0.5), 4),
+        "latency_p95_s": round(_percentile(stats.latencies, 0.95), 4),
+        "replica_share": dg.MetadataValue.json(
+            {url: round(n / sent, 4) for url, n in sorted(stats.per_replica.items())} if sent else {}
+        ),
+        "context_limit": source.fleet.context_limit or 0,
+    }

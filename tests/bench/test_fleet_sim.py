@@ -1,0 +1,411 @@
+"""The vLLM-like fleet simulator (bench/fleet_sim.py): real HTTP over loopback with httpx.
+
+Timing claims are asserted on the simulator's own accounting (simulated busy seconds), with only
+loose wall-clock checks, so the tests hold on a loaded 2-core machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.fleet_sim import FleetSimulator, ReplicaSpec
+from tests.support import REPO_ROOT
+
+
+
+def words(n: int, tag: str) -> str:
+    return " ".join(f"{tag}{i}" for i in range(n))
+
+
+def chat_body(content: str, **extra) -> dict:
+    return {"model": "sim-model", "messages": [{"role": "user", "content": content}], **extra}
+
+
+def post_chat(client: httpx.Client, url: str, content: str, **extra) -> httpx.Response:
+    return client.post(f"{url}/chat/completions", json=chat_body(content, **extra))
+
+
+async def concurrent_chats(url: str, contents: list[str], **extra) -> list[dict]:
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=100)) as client:
+        responses = await asyncio.gather(
+            *(client.post(f"{url}/chat/completions", json=chat_body(c, **extra)) for c in contents))
+    for r in responses:
+        assert r.status_code == 200, r.text
+    return [r.json() for r in responses]
+
+
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Sample name -> value summed over label sets. Uses prometheus_client's parser when installed
+    (it is not in this venv), else a strict regex over every non-comment line."""
+    out: dict[str, float] = {}
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                assert re.match(r"^# (HELP|TYPE) \S+ .+$", line) or not line, line
+                continue
+            m = _SAMPLE.match(line)
+            assert m, f"unparsable metrics line: {line!r}"
+            out[m["name"]] = out.get(m["name"], 0.0) + float(m["value"])
+        return out
+    for family in text_string_to_metric_families(text):  # pragma: no cover - not installed here
+        for sample in family.samples:
+            out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
+def metrics(client: httpx.Client, base_url: str) -> dict[str, float]:
+    r = client.get(base_url.removesuffix("/v1") + "/metrics")
+    assert r.status_code == 200
+    return parse_metrics(r.text)
+
+
+@pytest.fixture
+def client():
+    with httpx.Client(timeout=30) as c:
+        yield c
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_models_usage_determinism_and_context_limit(client):
+    specs = [ReplicaSpec(max_model_len=4096), ReplicaSpec(max_model_len=4096, serve_embeddings=True)]
+    with FleetSimulator(specs, time_scale=0.05) as fleet:
+        assert all(re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", u) for u in fleet.base_urls)
+        m0 = client.get(fleet.base_urls[0] + "/models").json()
+        assert m0["object"] == "list"
+        assert [(d["id"], d["object"], d["owned_by"], d["root"], d["max_model_len"]) for d in m0["data"]] == [
+            ("sim-model", "model", "sim", "sim-model", 4096)]
+        m1 = client.get(fleet.base_urls[1] + "/models").json()
+        assert [d["id"] for d in m1["data"]] == ["sim-model", "sim-embed"]
+
+        # usage: "system a b" (3) + "user <8 words>" (9) = 12 prompt tokens
+        chunk = "The quarterly revenue of the northern division rose sharply"
+        content = f'<document title="Annual Report">x</document> <chunk>\n{chunk}\n</chunk>'
+        body = {"model": "sim-model", "max_tokens": 80,
+                "messages": [{"role": "system", "content": "a b"}, {"role": "user", "content": content}]}
+        r = client.post(fleet.base_urls[0] + "/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        out = r.json()
+        n_prompt = len(("system a b\nuser " + content).split())
+        assert out["usage"]["prompt_tokens"] == n_prompt
+        assert out["usage"]["total_tokens"] == n_prompt + out["usage"]["completion_tokens"]
+        assert 40 <= out["usage"]["completion_tokens"] <= 60  # 50 +- 20 %
+        assert out["model"] == "sim-model" and out["object"] == "chat.completion"
+        choice = out["choices"][0]
+        assert choice["finish_reason"] == "stop" and choice["message"]["role"] == "assistant"
+        header = choice["message"]["content"]
+        assert header.startswith("This passage (ref ") and "quarterly revenue" in header
+        assert "Annual Report" in header and header.endswith(".") and len(header.split()) < 40
+        # The product's own validator accepts it (one sentence, not a copy of the chunk).
+        from contextual_assets.headers.validation import validate_header
+
+        assert validate_header(header, chunk, max_tokens=64, count_tokens=lambda t: len(t.split())) == header
+
+        # Determinism: same prompt, same header, on any replica; another prompt, another ref.
+        again = client.post(fleet.base_urls[1] + "/chat/completions", json=body).json()
+        assert again["choices"][0]["message"]["content"] == header
+        assert again["usage"]["completion_tokens"] == out["usage"]["completion_tokens"]
+        other = post_chat(client, fleet.base_urls[0], content + " more").json()
+        assert other["choices"][0]["message"]["content"] != header
+
+        # max_tokens caps the output: content cut to that many words, finish_reason "length".
+        short = client.post(fleet.base_urls[0] + "/chat/completions", json={**body, "max_tokens": 4}).json()
+        assert short["usage"]["completion_tokens"] == 4
+        assert short["choices"][0]["finish_reason"] == "length"
+        assert len(short["choices"][0]["message"]["content"].split()) == 4
+
+        # Context length: prompt + max_tokens > max_model_len -> 400, OpenAI-style error.
+        r = post_chat(client, fleet.base_urls[0], words(4000, "w"), max_tokens=200)
+        assert r.status_code == 400
+        err = r.json()["error"]
+        assert "maximum context length is 4096" in err["message"] and err["code"] == 400
+        assert post_chat(client, fleet.base_urls[0], words(4000, "w"), max_tokens=50).status_code == 200
+        assert post_chat(client, fleet.base_urls[0], words(5000, "w")).status_code == 400  # no room at all
+        # Unknown model -> 404.
+        bad = client.post(fleet.base_urls[0] + "/chat/completions", json={**body, "model": "nope"})
+        assert bad.status_code == 404 and "does not exist" in bad.json()["error"]["message"]
+
+        # Embeddings: deterministic unit vectors of dimension 32.
+        e = client.post(fleet.base_urls[1] + "/embeddings", json={"model": "sim-embed", "input": ["a b", "c"]})
+        vecs = [d["embedding"] for d in e.json()["data"]]
+        assert len(vecs) == 2 and all(len(v) == 32 for v in vecs)
+        assert all(abs(sum(x * x for x in v) - 1) < 1e-9 for v in vecs)
+        e2 = client.post(fleet.base_urls[1] + "/embeddings", json={"input": "a b"}).json()
+        assert e2["data"][0]["embedding"] == vecs[0] and vecs[0] != vecs[1]
+        assert client.post(fleet.base_urls[0] + "/embeddings", json={"input": "a"}).status_code == 404
+
+        s = fleet.stats()
+        assert s[0]["completed"] == 4 and s[0]["rejected"] == 3 and s[1]["completed"] == 1
+
+
+def test_continuous_batching_and_decode_bound(client):
+    with FleetSimulator([ReplicaSpec()], time_scale=0.5) as fleet:
+        url = fleet.base_urls[0]
+        t0 = time.monotonic()
+        assert post_chat(client, url, words(1000, "single")).status_code == 200
+        wall_single = time.monotonic() - t0
+        busy_single = fleet.stats()[0]["busy_s"]
+        assert 0.2 < busy_single < 0.5  # ~0.02 s prefill + ~50 x 6.6 ms decode
+
+        t0 = time.monotonic()
+        asyncio.run(concurrent_chats(url, [words(1000, f"b{k}_") for k in range(16)]))
+        wall_batch = time.monotonic() - t0
+        s = fleet.stats()[0]
+        busy_batch = s["busy_s"] - busy_single
+        # 16 requests cost far less than 16 single requests (expected ~1.1 s vs 5.6 s simulated).
+        assert busy_batch < 0.35 * 16 * busy_single, (busy_batch, busy_single)
+        assert wall_batch < 0.5 * 16 * wall_single, (wall_batch, wall_single)
+        # Decode-bound at 1,000-token prompts.
+        assert s["decode_s"] > s["prefill_s"]
+        assert s["prefix_hit_tokens"] == 0
+
+    with FleetSimulator([ReplicaSpec()], time_scale=0.05) as fleet:
+        url = fleet.base_urls[0]
+        asyncio.run(concurrent_chats(url, [words(10000, f"L{k}_") for k in range(16)]))
+        s_long = fleet.stats()[0]
+        assert s_long["prefix_hit_tokens"] == 0 and s_long["completed"] == 16
+        ratio = s_long["busy_s"] / busy_batch
+        assert ratio > 1.5, ratio  # expected ~7.5
+        # The engine kept up with wall time (loose: shared CPU).
+        assert s_long["busy_wall_s"] < 3 * s_long["busy_s"] * 0.05 + 0.5
+
+
+def test_prefix_cache_hits_and_misses(client):
+    with FleetSimulator([ReplicaSpec(), ReplicaSpec()], time_scale=0.05) as fleet:
+        shared = words(800, "doc")
+        for tail in ("first question here", "second question there"):
+            assert post_chat(client, fleet.base_urls[0], f"{shared} {tail}").status_code == 200
+        m = metrics(client, fleet.base_urls[0])
+        # The second request re-uses the 50 full blocks of "user doc0 ... doc798" (800 of 801 tokens).
+        assert m["vllm:prefix_cache_hits_total"] == 800
+        assert m["vllm:prefix_cache_queries_total"] == 2 * 800
+        assert m["vllm:prompt_tokens_total"] == 2 * 804
+
+        for k in range(2):
+            assert post_chat(client, fleet.base_urls[1], words(800, f"other{k}_")).status_code == 200
+        m1 = metrics(client, fleet.base_urls[1])
+        assert m1["vllm:prefix_cache_hits_total"] == 0 and m1["vllm:prefix_cache_queries_total"] > 0
+        s = fleet.stats()
+        assert s[0]["prefix_hit_tokens"] == 800 and s[1]["prefix_hit_tokens"] == 0
+        # Hits are cheaper: the second request of replica 0 skipped most of its prefill.
+        assert s[0]["prefill_s"] < s[1]["prefill_s"]
+
+
+def test_speed_factor_scales_accounted_time(client):
+    with FleetSimulator([ReplicaSpec(speed=1.0), ReplicaSpec(speed=0.775)], time_scale=0.05) as fleet:
+        async def serial(url: str) -> None:
+            async with httpx.AsyncClient(timeout=30) as c:
+                for k in range(4):
+                    r = await c.post(f"{url}/chat/completions", json=chat_body(words(600, f"s{k}_")))
+                    assert r.status_code == 200
+
+        async def both():
+            await asyncio.gather(serial(fleet.base_urls[0]), serial(fleet.base_urls[1]))
+
+        asyncio.run(both())
+        fast, slow = fleet.stats()
+        assert fast["completed"] == slow["completed"] == 4
+        assert fast["generation_tokens"] == slow["generation_tokens"]
+        assert slow["busy_s"] / fast["busy_s"] == pytest.approx(1 / 0.775, rel=1e-6)
+
+
+def test_metrics_move_while_busy_and_parse(client):
+    with FleetSimulator([ReplicaSpec()], time_scale=1.0) as fleet:
+        url = fleet.base_urls[0]
+
+        async def scenario():
+            async with httpx.AsyncClient(timeout=30) as c:
+                tasks = [asyncio.ensure_future(c.post(f"{url}/chat/completions",
+                                                      json=chat_body(words(300, f"m{k}_"), max_tokens=60)))
+                         for k in range(4)]
+                await asyncio.sleep(0.15)
+                text = (await c.get(url.removesuffix("/v1") + "/metrics")).text
+                await asyncio.gather(*tasks)
+                return text, (await c.get(url.removesuffix("/v1") + "/metrics")).text
+
+        during, after = asyncio.run(scenario())
+        for name, kind in [("vllm:prompt_tokens_total", "counter"), ("vllm:generation_tokens_total", "counter"),
+                           ("vllm:prefix_cache_hits_total", "counter"), ("vllm:prefix_cache_queries_total", "counter"),
+                           ("vllm:request_success_total", "counter"), ("vllm:num_requests_running", "gauge"),
+                           ("vllm:num_requests_waiting", "gauge")]:
+            assert f"# TYPE {name} {kind}" in after
+            assert re.search(rf'^{re.escape(name)}\{{model_name="sim-model"', after, re.M), name
+        m = parse_metrics(during)
+        assert m["vllm:num_requests_running"] == 4
+        assert m["vllm:prompt_tokens_total"] == 4 * 301  # counted at prefill, before completion
+        assert 0 < m["vllm:generation_tokens_total"] < 4 * 60
+        assert m["vllm:request_success_total"] == 0
+        m = parse_metrics(after)
+        assert m["vllm:request_success_total"] == 4 and m["vllm:num_requests_running"] == 0
+
+
+def test_faults_errors_stalls_disconnects(client):
+    with FleetSimulator([ReplicaSpec(), ReplicaSpec()], time_scale=1.0, seed=7) as fleet:
+        url = fleet.base_urls[0]
+        fleet.set_faults(0, error_rate=1.0)
+        r = post_chat(client, url, "hello there")
+        assert r.status_code == 500 and r.json()["error"]["type"] == "InternalServerError"
+        # The admin endpoint sets faults too (partial update, JSON).
+        admin = url.removesuffix("/v1") + "/admin/faults"
+        assert client.post(admin, json={"error_rate": 0.0}).json()["error_rate"] == 0.0
+        assert post_chat(client, url, "hello there").status_code == 200
+        assert client.post(admin, json={"malformed": "nonsense"}).status_code == 400
+        assert client.post(admin, json={"no_such_fault": 1}).status_code == 400
+
+        # Deterministic given a seed: the same sequence of outcomes twice.
+        def outcomes():
+            fleet.set_faults(1, error_rate=0.5, seed=123)
+            return [post_chat(client, fleet.base_urls[1], f"q{k}", max_tokens=2).status_code for k in range(12)]
+
+        first = outcomes()
+        assert first == outcomes() and {200, 500} == set(first)
+        fleet.set_faults(1, error_rate=0.0)
+
+        # Stall: the request hangs stall_s (wall seconds) before it is processed.
+        fleet.set_faults(0, stall_s=0.4)
+        t0 = time.monotonic()
+        assert post_chat(client, url, "slow one", max_tokens=2).status_code == 200
+        assert time.monotonic() - t0 >= 0.4
+        fleet.set_faults(0, stall_s=0.0)
+
+        # A client that gives up is aborted in the engine (as vLLM does).
+        with pytest.raises(httpx.TimeoutException), httpx.Client(timeout=0.1) as impatient:
+            post_chat(impatient, url, words(200, "t"), max_tokens=1000)
+        deadline = time.monotonic() + 3
+        while fleet.stats()[0]["aborted"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        s = fleet.stats()[0]
+        assert s["aborted"] == 1 and s["running"] == 0
+        assert s["errors_injected"] == 1 and s["stalls_injected"] == 1
+
+
+def test_kill_restart_and_scheduled_outage(client):
+    # Replica 1 writes ~500-token answers (~3 s), so a request is surely in flight at the kill.
+    with FleetSimulator([ReplicaSpec(), ReplicaSpec(output_tokens_mean=500)], time_scale=1.0) as fleet:
+        url = fleet.base_urls[1]
+        port = fleet.stats()[1]["port"]
+
+        async def in_flight_then_kill():
+            async with httpx.AsyncClient(timeout=30) as c:
+                task = asyncio.ensure_future(
+                    c.post(f"{url}/chat/completions", json=chat_body(words(50, "k"), max_tokens=500)))
+                await asyncio.sleep(0.2)
+                await asyncio.to_thread(fleet.kill, 1)
+                return await asyncio.gather(task, return_exceptions=True)
+
+        (result,) = asyncio.run(in_flight_then_kill())
+        assert isinstance(result, (httpx.RemoteProtocolError, httpx.ReadError)) or result.status_code == 503, result
+        with pytest.raises(httpx.ConnectError):
+            client.get(url + "/models")
+        assert post_chat(client, fleet.base_urls[0], "still here").status_code == 200
+        s = fleet.stats()[1]
+        assert s["alive"] is False and s["dropped"] == 1 and s["kills"] == 1
+
+        fleet.restart(1)
+        assert fleet.base_urls[1] == url and fleet.stats()[1]["port"] == port
+        r = post_chat(client, url, "back again", max_tokens=20)
+        assert r.status_code == 200
+        # /metrics restarts from zero like a new process; stats() stays cumulative.
+        m = metrics(client, url)
+        assert m["vllm:request_success_total"] == 1
+
+        # Scheduled outage, relative to fleet start (wall seconds).
+        now = fleet.elapsed()
+        fleet.set_faults(0, kill_at_s=now + 0.3, restart_at_s=now + 0.9)
+        assert client.get(fleet.base_urls[0] + "/models").status_code == 200
+        time.sleep(0.6)
+        with pytest.raises(httpx.ConnectError):
+            client.get(fleet.base_urls[0] + "/models")
+        time.sleep(0.6)
+        assert client.get(fleet.base_urls[0] + "/models").status_code == 200
+        assert fleet.stats()[0]["kills"] == 1 and fleet.stats()[0]["restarts"] == 1
+
+
+def test_malformed_modes_and_batch_json(client):
+    chunks = "".join(f'<chunk id="c{i}">Section {i} explains topic number {i} in detail</chunk>\n'
+                     for i in range(3))
+    batch_prompt = f"Write a header for each chunk.\n{chunks}Answer as JSON."
+    with FleetSimulator([ReplicaSpec()], time_scale=0.02) as fleet:
+        url = fleet.base_urls[0]
+
+        def content(prompt: str, **extra) -> tuple[str, dict]:
+            out = post_chat(client, url, prompt, **extra).json()
+            return out["choices"][0]["message"]["content"], out
+
+        # Batch mode through the marker and through response_format.
+        text, out = content(batch_prompt)
+        headers = json.loads(text)["headers"]
+        assert [h["id"] for h in headers] == ["c0", "c1", "c2"]
+        assert all(h["header"].startswith("This passage") for h in headers)
+        assert out["usage"]["completion_tokens"] >= 3 * 40
+        text2, _ = content(chunks, response_format={"type": "json_object"})
+        assert [h["id"] for h in json.loads(text2)["headers"]] == ["c0", "c1", "c2"]
+        # A batch cut by max_tokens is invalid JSON with finish_reason "length".
+        cut, out = content(batch_prompt, max_tokens=10)
+        assert out["choices"][0]["finish_reason"] == "length"
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(cut)
+
+        single = "<chunk>\nThe pump must be primed before the first start\n</chunk>"
+        fleet.set_faults(0, malformed="empty")
+        assert content(single)[0] == ""
+        fleet.set_faults(0, malformed="overlong")
+        text, out = content(single, max_tokens=80)
+        assert len(text.split()) == 80 and out["choices"][0]["finish_reason"] == "length"
+        assert not re.search(r"[.!?]", text)
+        fleet.set_faults(0, malformed="echo")
+        assert content(single)[0] == single
+        fleet.set_faults(0, malformed="copy")
+        assert content(single)[0] == "The pump must be primed before the first start"
+        fleet.set_faults(0, malformed="bad_json")
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(content(batch_prompt)[0])
+        # malformed_rate < 1: a mix, deterministic for a seed.
+        fleet.set_faults(0, malformed="empty", malformed_rate=0.5, seed=1)
+        got = [content(single)[0] == "" for _ in range(12)]
+        assert any(got) and not all(got)
+        fleet.set_faults(0, malformed=None)
+        assert content(single)[0].startswith("This passage")
+        assert fleet.stats()[0]["malformed_injected"] == 5 + sum(got)
+
+
+def test_standalone_process_writes_port_file(tmp_path, client):
+    port_file = tmp_path / "fleet.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.fleet_sim", "--replicas", "2", "--speeds", "1,0.775",
+         "--time-scale", "0.05", "--port-file", str(port_file), "--faults", '{"1": {"error_rate": 1.0}}'],
+        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while not port_file.exists():
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "no port file"
+            time.sleep(0.05)
+        info = json.loads(port_file.read_text())
+        assert len(info["base_urls"]) == 2 and info["pid"] == proc.pid
+        assert post_chat(client, info["base_urls"][0], "hello").status_code == 200
+        assert post_chat(client, info["base_urls"][1], "hello").status_code == 500
+        stats = client.get(info["admin_urls"][1] + "/stats").json()
+        assert stats["speed"] == 0.775 and stats["errors_injected"] == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=15)
+    assert rc == 0
+    assert not os.path.exists(f"{port_file}.tmp{proc.pid}")

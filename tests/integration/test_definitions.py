@@ -1,0 +1,57 @@
+"""The code location as Dagster's own tooling loads it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+
+from contextual_assets.defs.definitions import build_definitions
+
+from tests.support import REPO_ROOT
+
+
+def test_dagster_definitions_validate(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTX_", "DAGSTER_"))}
+    env["DAGSTER_HOME"] = str(tmp_path)
+    dagster_cli = Path(sys.executable).parent / "dagster"
+    result = subprocess.run([str(dagster_cli), "definitions", "validate", "-w", "workspace.yaml"], cwd=REPO_ROOT,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "Validation successful for code location contextual_retrieval" in result.stdout + result.stderr
+
+
+def test_card_assets_groups_kinds_and_partitions(settings_factory):
+    defs = build_definitions(settings_factory())
+    graph = defs.resolve_asset_graph()
+    keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
+    assert keys == {"parsed_chunks", "chunk_headers", "chunk_embeddings", "retrieval_eval", "promoted_index"}
+    checks = {key.name for key in graph.asset_check_keys}
+    assert checks == {"eval_gate", "gold_hygiene", "header_diagnostics"}
+    for name in ("parsed_chunks", "chunk_headers", "chunk_embeddings"):
+        node = graph.get(dg.AssetKey(name))
+        assert node.group_name == "ingest" and node.kinds
+        assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition)
+        assert node.partitions_def.name == "documents"
+    assert graph.get(dg.AssetKey("retrieval_eval")).partitions_def is None
+    assert defs.resolve_sensor_def("new_documents").job_name == "ingest_documents"
+
+
+def test_ingest_step_runs_many_partitions_in_the_ingest_pool(settings_factory):
+    """A backfill puts CTX_PARTITIONS_PER_RUN partitions in one run; the step is in pool
+    `ctx_ingest`, which the shipped dagster.yaml limits to one slot with run granularity."""
+    import yaml
+
+    defs = build_definitions(settings_factory(partitions_per_run=7))
+    ingest = defs.resolve_assets_def(dg.AssetKey("chunk_embeddings"))
+    assert ingest.keys == {dg.AssetKey(k) for k in ("parsed_chunks", "chunk_headers", "chunk_embeddings")}
+    assert ingest.backfill_policy == dg.BackfillPolicy.multi_run(max_partitions_per_run=7)
+    assert ingest.op.pool == "ctx_ingest"
+    shipped = yaml.safe_load((REPO_ROOT / "dagster.yaml").read_text())
+    assert shipped["concurrency"]["pools"] == {"default_limit": 1, "granularity": "run"}
+    with dg.instance_for_test(overrides={"concurrency": shipped["concurrency"]}) as instance:
+        config = instance.get_concurrency_config()
+        assert config.pool_config.default_pool_limit == 1 and config.pool_config.pool_granularity.value == "run"

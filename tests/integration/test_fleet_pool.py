@@ -1,0 +1,260 @@
+"""The header fleet against the vLLM-like fleet simulator (real HTTP on loopback): routing, caps,
+retries, failover, circuit breaking, budgets, cache hits on re-run, structured batching."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import time
+
+import pytest
+
+from bench.fleet_share import measure
+from bench.fleet_sim import FleetSimulator, ReplicaSpec
+from contextual_assets.errors import HeaderGenerationError
+from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
+from contextual_assets.fleet.discovery import ModelDiscovery
+from contextual_assets.fleet.vllm_metrics import MetricsSampler
+from contextual_assets.fleet.pool import FleetRequest, FleetUnavailableError, HeaderFleet
+from contextual_assets.headers.base import HeaderRequest
+from contextual_assets.headers.openai_source import OpenAIHeaderSource
+from contextual_assets.headers.prompt import load_prompt
+from contextual_assets.models import Chunk, content_hash
+from contextual_assets.store import open_store
+from contextual_assets.parsing.tokens import token_counter
+
+
+@contextlib.contextmanager
+def simulated_fleet(specs, time_scale: float, cap: int = 16, **overrides):
+    """A simulated fleet and a `HeaderFleet` client of it (fresh discovery cache), both closed after."""
+    with FleetSimulator(specs, time_scale=time_scale) as sim:
+        replicas = [ReplicaConfig(base_url=u, max_in_flight=cap) for u in sim.base_urls]
+        overrides.setdefault("breaker_cooldown_s", 0.5)
+        fleet = HeaderFleet(FleetConfig(replicas=replicas, **overrides), discovery=ModelDiscovery())
+        try:
+            yield sim, fleet
+        finally:
+            fleet.close()
+
+
+def prompt_request(i: int, words: int = 200) -> FleetRequest:
+    body = " ".join(f"w{i}x{j}" for j in range(words))
+    return FleetRequest(messages=[{"role": "user", "content": f"<chunk>\nitem {i} {body}\n</chunk>"}],
+                        est_prompt_tokens=words + 10, max_tokens=60, label=f"request {i}")
+
+
+def results_ok(results):
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors[:3]
+    return results
+
+
+def test_discovery_and_context_limit_from_models_endpoint():
+    with simulated_fleet([ReplicaSpec(max_model_len=4096), ReplicaSpec(max_model_len=8192)], time_scale=0.05) as (sim, fleet):
+        assert fleet.model == "sim-model" and fleet.context_limit == 4096
+
+
+def test_in_flight_cap_is_never_exceeded():
+    with simulated_fleet(2, time_scale=0.05, cap=3) as (sim, fleet):
+        results_ok(fleet.run([prompt_request(i) for i in range(40)]))
+        assert [s.peak_in_flight for s in fleet.replicas] == [3, 3]
+        assert sum(s["completed"] for s in sim.stats()) == 40
+
+
+def test_heterogeneous_fleet_share_follows_capacity():
+    # Real-time-like pacing so that the client keeps every replica at its cap (saturated fleet):
+    # then free slots, and so requests, follow each replica's speed with no speed given to the client.
+    result = measure(n_requests=448, prompt_words=800, time_scale=1.5)
+    assert [r["speed"] for r in result["replicas"]] == [1.0, 1.0, 0.775, 0.775]
+    assert sum(r["completed"] for r in result["replicas"]) == 448
+    assert result["max_relative_error"] <= 0.05, result["replicas"]
+
+
+def test_retries_absorb_errors():
+    with simulated_fleet(2, time_scale=0.05, breaker_failures=100) as (sim, fleet):
+        sim.set_faults(0, error_rate=0.3, seed=7)
+        results_ok(fleet.run([prompt_request(i) for i in range(60)]))
+        assert fleet.counters.retries > 0 and fleet.counters.errors.get("http_500", 0) > 0
+
+
+def test_killed_replica_fails_over_and_breaker_opens():
+    with simulated_fleet(3, time_scale=0.5, cap=4, breaker_failures=2, breaker_cooldown_s=60) as (sim, fleet):
+        futures = [fleet.submit(prompt_request(i, words=600)) for i in range(90)]
+        while sim.stats()[1]["completed"] < 4:  # the replica is mid-run when it dies
+            time.sleep(0.05)
+        sim.kill(1)
+        results = [f.result(timeout=120) for f in futures]
+        assert len(results) == 90
+        killed = fleet.replicas[1]
+        assert killed.breaker.state == "open" and killed.breaker.trips >= 1
+        assert fleet.counters.failovers > 0
+        assert sum(r.failovers for r in results) > 0
+        # While open, the dead replica gets no traffic: failures stay bounded.
+        assert killed.failures <= 4 + 2
+
+
+def test_breaker_probe_recovers_a_restarted_replica():
+    with simulated_fleet(2, time_scale=0.05, cap=2, breaker_failures=1, breaker_cooldown_s=0.3) as (sim, fleet):
+        sim.kill(1)
+        results_ok(fleet.run([prompt_request(i) for i in range(10)]))
+        assert fleet.replicas[1].breaker.trips >= 1
+        sim.restart(1)
+        time.sleep(0.4)
+        results = results_ok(fleet.run([prompt_request(i) for i in range(10, 40)]))
+        assert any(r.replica == sim.base_urls[1] for r in results), "the probe closed the breaker"
+        assert fleet.replicas[1].breaker.state == "closed"
+
+
+def test_every_replica_down_fails_within_bounded_time():
+    # 50 attempts with backoff would take minutes: only the fleet-down timeout ends this one early.
+    with simulated_fleet(2, time_scale=0.05, breaker_failures=1, breaker_cooldown_s=0.2, unavailable_timeout_s=1.5,
+                         max_attempts=50, retry_budget_min=1000) as (sim, fleet):
+        sim.kill(0)
+        sim.kill(1)
+        (result,) = fleet.run([prompt_request(0)])
+        assert isinstance(result, FleetUnavailableError), result
+        assert "every replica has been failing for over 2 s" in str(result)
+        assert all(url in str(result) for url in sim.base_urls)
+
+
+def test_retry_budget_is_fleet_wide():
+    with simulated_fleet(2, time_scale=0.05, breaker_failures=1000, retry_budget_min=5, retry_budget_ratio=0.0,
+                         max_attempts=10) as (sim, fleet):
+        sim.set_faults(0, error_rate=1.0)
+        sim.set_faults(1, error_rate=1.0)
+        results = fleet.run([prompt_request(i) for i in range(6)])
+        assert all(isinstance(r, HeaderGenerationError) for r in results)
+        assert fleet.counters.retries == 5
+        assert any("retry budget exhausted" in str(r) for r in results)
+
+
+def test_shared_pool_across_threads_respects_caps():
+    with simulated_fleet(2, time_scale=0.05, cap=2) as (sim, fleet):
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            batches = list(pool.map(lambda b: fleet.run([prompt_request(b * 100 + i) for i in range(10)]), range(4)))
+        assert all(not isinstance(r, BaseException) for batch in batches for r in batch)
+        assert max(s.peak_in_flight for s in fleet.replicas) == 2
+
+
+def chunk_requests(n: int, words: int = 60) -> list[HeaderRequest]:
+    chunks = []
+    for i in range(n):
+        text = " ".join(f"fact{i}word{j}" for j in range(words)) + "."
+        chunks.append(Chunk(doc_id="doc", source_doc="doc", title="Handbook", ordinal=i, section_path=["Leave"],
+                            text=text, token_count=words, content_hash=content_hash(text)))
+    return [HeaderRequest(chunk=c, before=[p.text for p in reversed(chunks[:i])][:2],
+                          after=[p.text for p in chunks[i + 1 :]][:2]) for i, c in enumerate(chunks)]
+
+
+def test_header_cache_makes_a_rerun_free(tmp_path):
+    store = open_store(None, tmp_path / "s.duckdb")
+    with simulated_fleet(2, time_scale=0.05) as (sim, fleet):
+        source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), store=store)
+        first = source.generate(chunk_requests(12))
+        assert source.last_stats.requests == 12 and source.last_stats.cache_hits == 0
+        sent = fleet.counters.sent
+        second = source.generate(chunk_requests(12))
+        assert source.last_stats.cache_hits == 12 and fleet.counters.sent == sent
+        assert [r.header for r in second] == [r.header for r in first]
+        # A different prompt version is a different key: no stale hits.
+        other = OpenAIHeaderSource(fleet, load_prompt("header_batch_v1"), token_counter(), store=store)
+        other.generate(chunk_requests(2))
+        assert other.last_stats.cache_hits == 0
+
+
+def test_budget_trims_context_to_max_model_len():
+    with simulated_fleet([ReplicaSpec(max_model_len=700)], time_scale=0.05) as (sim, fleet):
+        source = OpenAIHeaderSource(fleet, load_prompt(), token_counter())
+        results = source.generate(chunk_requests(6, words=30))
+        assert len(results) == 6 and source.last_stats.trimmed_contexts > 0
+        assert sim.stats()[0]["rejected"] == 0, "no request overflowed the context"
+        with pytest.raises(HeaderGenerationError, match="over the model's context length of 700"):
+            source.generate(chunk_requests(1, words=900))
+
+
+def test_structured_batching_and_fallback():
+    with simulated_fleet(2, time_scale=0.05) as (sim, fleet):
+        source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), batch_size=4,
+                                    batch_prompt=load_prompt("header_batch_v1"))
+        results = source.generate(chunk_requests(8))
+        assert len(results) == 8 and all(r.header for r in results)
+        assert source.last_stats.batch_requests == 2 and source.last_stats.batch_fallbacks == 0
+        assert source.identity["prompt_version"] == "header-v1+header-batch-v1/k4"
+        sim.set_faults(0, malformed="bad_json")
+        sim.set_faults(1, malformed="bad_json")
+        results = source.generate(chunk_requests(8))
+        assert len(results) == 8 and source.last_stats.batch_fallbacks == 2
+
+
+def test_metrics_sampler_builds_a_timeline():
+    with simulated_fleet(2, time_scale=0.05) as (sim, fleet):
+        with MetricsSampler(sim.base_urls, interval_s=0.05) as sampler:
+            results_ok(fleet.run([prompt_request(i, words=400) for i in range(64)]))
+            time.sleep(0.2)
+        rows = sampler.timeline.per_second()
+        assert sum(r["prompt_tokens"] for r in rows) > 0
+        assert set(sampler.timeline.samples) == set(sim.base_urls)
+
+
+def test_ingest_through_dagster_on_the_simulated_fleet(tmp_path, samples_dir, settings_factory):
+    import dagster as dg
+
+    from contextual_assets.defs.definitions import build_definitions, build_resources
+    from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
+
+    with FleetSimulator(3, time_scale=0.05) as sim:
+        settings = settings_factory(header_source="openai", llm_base_urls=",".join(sim.base_urls),
+                                    llm_sample_metrics=True)
+        defs = build_definitions(settings)
+        store = build_resources(settings)["store"].open()
+        instance = dg.DagsterInstance.ephemeral()
+        sources, _ = collect_sources([samples_dir / "supply_agreement.pdf"])
+        register_sources(store, instance, sources)
+        (outcome,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
+        assert outcome.success, outcome.error
+        metadata = instance.get_latest_materialization_event(dg.AssetKey("chunk_headers")).asset_materialization.metadata
+        assert metadata["served_model"].value == "sim-model" and metadata["context_limit"].value == 32768
+        assert set(metadata["replica_share"].value) == set(sim.base_urls)
+        assert metadata["requests"].value == outcome.chunks and metadata["cache_hits"].value == 0
+        assert metadata["latency_p95_s"].value >= metadata["latency_p50_s"].value > 0
+        assert any(row["prompt_tokens"] > 0 for row in metadata["fleet_timeline"].value)
+        stored = store.chunks(metadata["index_version"].value)
+        assert all(c.header.startswith("This passage") for c in stored)
+        completed = sum(s["completed"] for s in sim.stats())
+        (again,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
+        assert again.success and sum(s["completed"] for s in sim.stats()) == completed, "a re-run makes no LLM call"
+
+
+def test_fleet_recovers_after_an_outage_longer_than_the_timeout():
+    with simulated_fleet(2, time_scale=0.05, breaker_failures=1, breaker_cooldown_s=0.2, unavailable_timeout_s=0.5,
+                         max_attempts=20, retry_budget_min=1000) as (sim, fleet):
+        sim.kill(0)
+        sim.kill(1)
+        (down,) = fleet.run([prompt_request(0)])
+        assert isinstance(down, FleetUnavailableError)
+        sim.restart(0)
+        sim.restart(1)
+        time.sleep(0.3)
+        results_ok(fleet.run([prompt_request(i) for i in range(1, 6)]))  # half-open probes get through
+
+
+def test_server_errors_on_a_probe_keep_the_breaker_honest():
+    with simulated_fleet(2, time_scale=0.05, breaker_failures=2, breaker_cooldown_s=0.2) as (sim, fleet):
+        sim.set_faults(1, error_rate=1.0)
+        results_ok(fleet.run([prompt_request(i) for i in range(20)]))
+        broken = fleet.replicas[1]
+        assert broken.breaker.trips >= 1 and "HTTP 500" in broken.last_error
+        sim.set_faults(1, error_rate=0.0)
+        time.sleep(0.3)
+        results = results_ok(fleet.run([prompt_request(i) for i in range(20, 60)]))
+        assert any(r.replica == sim.base_urls[1] for r in results), "a 5xx probe does not blacklist for good"
+
+
+def test_openai_embeddings_endpoint():
+    from contextual_assets.embedding import OpenAIEmbedder
+
+    with FleetSimulator([ReplicaSpec(serve_embeddings=True)], time_scale=0.05) as sim:
+        embedder = OpenAIEmbedder(sim.base_urls[0], "sim-embed", batch_size=3)
+        vectors = embedder.embed([f"text {i}" for i in range(7)])
+        assert len(vectors) == 7 and embedder.dimension == 32 and embedder.identity == "openai:sim-embed"
+        assert embedder.embed(["text 3"])[0] == vectors[3], "order kept across batches"

@@ -1,0 +1,163 @@
+"""The evaluation gate end to end through Dagster: a degraded version fails `eval_gate` and is not
+promoted; a good version is; rollback restores; stale gold is reported apart; reviewed exceptions
+keep the raw score; evaluation is deterministic; the needle set is ingested and graded."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+
+from bench.degrade import derive_version
+from contextual_assets.defs.definitions import build_definitions, build_resources
+from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
+from eval_assets.evaluate import evaluate
+from eval_assets.gold import Evidence, GoldTask, load_gold, write_gold
+
+SPANS = [
+    ("liquidated damages per business day for a late milestone", "0.5 percent of the Milestone Fee for each Business Day of delay", "supply_agreement.pdf"),
+    ("what filled the disk of the orders database", "left max_slot_wal_keep_size at its default of -1", "incident_postmortem.pdf"),
+    ("hotel reimbursement limit per night in London", "EUR 210 per night in London", "employee_handbook.pdf"),
+    ("token bucket refill rate", "class TokenBucket", "rate_limiter.py"),
+    ("what does REM-1 change on the PostgreSQL clusters", "REM-1: set max_slot_wal_keep_size to 200 GB", "incident_postmortem.pdf"),
+    ("which depot is covered by Phase 1", "Phase 1 covers the installation of 120 Sensors", "supply_agreement.pdf"),
+]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, samples_dir):
+    """The sample corpus ingested once (structural headers) and a gold file keyed to raw text."""
+    from contextual_assets.settings import PlatformSettings
+
+    root = tmp_path_factory.mktemp("gate")
+    settings = PlatformSettings(home=str(root / ".ctx"), inbox=str(root / "inbox"),
+                                duckdb_path=str(root / "index.duckdb"), header_source="structural",
+                                gate_floors_json=json.dumps({"pass_at_10": 0.5}))
+    tasks = [GoldTask(id=f"t{i}", query=q, evidence=[Evidence(text=span, doc_id=doc)])
+             for i, (q, span, doc) in enumerate(SPANS)]
+    tasks.append(GoldTask(id="stale-1", query="what is in the retired handbook",
+                          evidence=[Evidence(text="anything", doc_id="retired_handbook.pdf")]))
+    gold = write_gold(root / "gold.jsonl", tasks)
+    defs = build_definitions(settings)
+    resources = build_resources(settings)
+    store = resources["store"].open()
+    instance = dg.DagsterInstance.ephemeral()
+    sources, _ = collect_sources([samples_dir])
+    register_sources(store, instance, sources)
+    assert all(o.success for o in ingest_partitions(defs, instance, sources, log_level="ERROR"))
+    (good,) = [v["index_version"] for v in store.index_versions()]
+    return {"settings": settings, "defs": defs, "store": store, "instance": instance, "gold": gold, "good": good,
+            "embedder": resources["embedder"].get(), "root": root}
+
+
+def evaluate_and_promote(world, candidate: str, **gate_overrides):
+    settings = world["settings"].model_copy(update=gate_overrides) if gate_overrides else world["settings"]
+    defs = build_definitions(settings) if gate_overrides else world["defs"]
+    job = defs.resolve_job_def("evaluate_and_promote")
+    result = job.execute_in_process(
+        instance=world["instance"], raise_on_error=False,
+        run_config={"ops": {"retrieval_eval": {"config": {"gold_path": str(world["gold"]), "index_version": candidate}}}},
+    )
+    checks = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data
+              for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+    promoted = [m for m in result.asset_materializations_for_node("promoted_index")]
+    return result, checks, promoted
+
+
+def test_gate_promotes_good_blocks_degraded_and_rolls_back(world):
+    store = world["store"]
+    result, checks, promoted = evaluate_and_promote(world, world["good"])
+    assert checks["eval_gate"].passed and promoted, "first good version: floors only, promoted"
+    assert store.get_alias("production") == world["good"]
+    assert checks["eval_gate"].severity == dg.AssetCheckSeverity.ERROR
+
+    degraded = derive_version(store, world["embedder"], world["good"], "truncate_first_line")
+    result, checks, promoted = evaluate_and_promote(world, degraded)
+    assert not checks["eval_gate"].passed
+    assert promoted == [], "a blocking failed check stops promotion in the same run"
+    assert store.get_alias("production") == world["good"]
+    reasons = checks["eval_gate"].metadata["reasons"].value
+    assert "below the floor" in reasons or "fell" in reasons or "lost evidence" in reasons
+
+    # promoted_index on its own refuses too: it reads the stored gate decision.
+    lone = world["defs"].resolve_implicit_global_asset_job_def().execute_in_process(
+        instance=world["instance"], asset_selection=[dg.AssetKey("promoted_index")], raise_on_error=False)
+    assert not lone.success and store.get_alias("production") == world["good"]
+
+    swapped = derive_version(store, world["embedder"], world["good"], "unchanged")
+    result, checks, promoted = evaluate_and_promote(world, swapped)
+    assert checks["eval_gate"].passed and promoted
+    assert store.get_alias("production") == swapped
+    assert checks["eval_gate"].metadata["pass_at_10_delta"].value == pytest.approx(0.0, abs=1e-9)
+
+    assert store.rollback_alias("production") == (world["good"], swapped)
+    assert store.get_alias("production") == world["good"]
+
+
+def test_stale_tasks_are_reported_not_failed(world):
+    result, checks, _ = evaluate_and_promote(world, world["good"])
+    event = world["instance"].get_latest_materialization_event(dg.AssetKey("retrieval_eval"))
+    metadata = event.asset_materialization.metadata
+    assert metadata["n_stale"].value == 1 and metadata["n_living"].value == len(SPANS)
+    assert checks["gold_hygiene"].metadata["stale_ids"].value == "stale-1"
+    assert not checks["gold_hygiene"].passed and checks["gold_hygiene"].severity == dg.AssetCheckSeverity.WARN
+    run = world["store"].latest_eval_run(metadata["candidate_version"].value, metadata["evaluator_id"].value)
+    rows = [t for t in world["store"].eval_tasks(run["run_id"]) if t["mode"] == "hybrid"]
+    assert {t["task_id"]: t["status"] for t in rows}["stale-1"] == "stale"
+    living = [t["pass_at_10"] for t in rows if t["status"] == "living"]
+    assert len(living) == len(SPANS)
+    assert metadata["hybrid_pass_at_10"].value == pytest.approx(sum(living) / len(living), abs=1e-4), (
+        "the stale task is not counted as a miss")
+
+
+def test_reviewed_exceptions_keep_the_raw_score(world, tmp_path):
+    store = world["store"]
+    store.set_alias("production", world["good"], "test setup")
+    degraded = derive_version(store, world["embedder"], world["good"], "swap_headers")
+    report = evaluate(store, world["embedder"], load_gold(world["gold"]), degraded)
+    misses = [t.task_id for t in report.tasks if t.mode == "hybrid" and t.status == "living" and t.pass_at_5 < 1.0]
+    exceptions = tmp_path / "exceptions.yaml"
+    exceptions.write_text("".join(
+        f"- {{task_id: {t}, reason: gold chunk reworded, reviewer: qa, date: 2026-11-30}}\n" for t in misses or ["t0"]))
+    _, checks, _ = evaluate_and_promote(world, degraded, gate_exceptions_path=str(exceptions))
+    metadata = checks["eval_gate"].metadata
+    assert metadata["excepted_tasks"].value == ", ".join(sorted(misses or ["t0"]))
+    raw, with_exceptions = metadata["pass_at_5_raw"].value, metadata["pass_at_5_with_exceptions"].value
+    assert raw == pytest.approx(sum(t.pass_at_5 for t in report.tasks if t.mode == "hybrid" and t.status == "living")
+                                / len(SPANS), abs=1e-4), "the raw number is never rewritten"
+    if misses:
+        assert with_exceptions > raw
+
+
+def test_evaluation_is_deterministic(world):
+    gold = load_gold(world["gold"])
+    first = evaluate(world["store"], world["embedder"], gold, world["good"])
+    second = evaluate(world["store"], world["embedder"], gold, world["good"])
+    assert first.metrics == second.metrics and first.rows() == second.rows()
+    assert first.evaluator_id == second.evaluator_id
+
+
+def test_needle_set_is_ingested_and_graded(world, samples_dir, tmp_path):
+    from eval_assets.needles import build_needle_set
+
+    copies, tasks = build_needle_set([samples_dir / n for n in ("supply_agreement.pdf", "employee_handbook.pdf")],
+                                     tmp_path / "needles", per_document=6, seed=3,
+                                     min_section_words=60)
+    gold = write_gold(tmp_path / "needles.jsonl", tasks)
+    settings = world["settings"].model_copy(update={"duckdb_path": str(tmp_path / "needles.duckdb")})
+    defs, store = build_definitions(settings), build_resources(settings)["store"].open()
+    instance = dg.DagsterInstance.ephemeral()
+    sources, _ = collect_sources(copies)
+    register_sources(store, instance, sources)
+    assert all(o.success for o in ingest_partitions(defs, instance, sources, log_level="ERROR"))
+    job = defs.resolve_job_def("evaluate_and_promote")
+    result = job.execute_in_process(instance=instance, raise_on_error=False,
+                                    run_config={"ops": {"retrieval_eval": {"config": {"gold_path": str(gold)}}}})
+    (materialization,) = result.asset_materializations_for_node("retrieval_eval")
+    metadata = materialization.metadata
+    assert metadata["n_living"].value == len(tasks) >= 10
+    assert 0.0 <= metadata["within_section_confusion"].value <= 1.0
+    assert metadata["hybrid_pass_at_20"].value > 0.5, "planted facts are findable"
+    strata = {t.stratum for t in tasks}
+    assert strata == {"start", "middle", "end"}

@@ -1,0 +1,168 @@
+"""Header sources: validation, the structural source, the prompt file, and the OpenAI-compatible
+source against a real llama.cpp server."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from contextual_assets.errors import ConfigurationError, HeaderGenerationError
+from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
+from contextual_assets.fleet.discovery import ModelDiscovery
+from contextual_assets.fleet.pool import HeaderFleet
+from contextual_assets.headers.openai_source import OpenAIHeaderSource
+from contextual_assets.headers.prompt import load_prompt
+from contextual_assets.headers.structural import StructuralHeaderSource, structural_header
+from contextual_assets.headers.validation import HeaderValidationError, validate_header
+from contextual_assets.headers.context import header_requests
+from contextual_assets.ingest.parse import parse_document
+from contextual_assets.parsing.tokens import token_counter
+
+CHUNK = "The supplier pays 0.5 percent of the milestone fee per business day of delay, capped at EUR 234,000."
+
+
+def check(header: str, chunk: str = CHUNK) -> str:
+    return validate_header(header, chunk, max_tokens=64, count_tokens=token_counter().count)
+
+
+def test_context_is_the_section_trimmed_around_the_chunk(samples_dir):
+    counter = token_counter()
+    doc = parse_document("s", samples_dir / "supply_agreement.pdf", counter, chunk_tokens=60, max_bytes=10**8,
+                         max_pdf_pages=100)
+    requests = header_requests(doc, counter, context_tokens=150)
+    for request in requests:
+        context = request.context()
+        assert request.chunk.text in context
+        assert counter.count(context) <= 150 + 5 or context == request.chunk.text
+        same_section = [c.text for c in doc.chunks if c.section_path == request.chunk.section_path]
+        assert all(part in same_section for part in context.split("\n\n"))
+
+
+def make_fleet(urls, **overrides) -> HeaderFleet:
+    config = FleetConfig(replicas=[ReplicaConfig(base_url=u, max_in_flight=2) for u in urls], **overrides)
+    return HeaderFleet(config, discovery=ModelDiscovery())
+
+
+def test_openai_source_against_llama_cpp(llama_server, samples_dir):
+    counter = token_counter()
+    fleet = make_fleet([llama_server], max_attempts=3)
+    try:
+        source = OpenAIHeaderSource(fleet, load_prompt(), counter)
+        assert source.model == "smollm2-135m-instruct", "discovered from /v1/models"
+        assert fleet.context_limit is None, "llama.cpp does not report max_model_len"
+        assert source.identity == {"header_source": "openai", "header_model": "smollm2-135m-instruct",
+                                   "prompt_version": "header-v1"}
+        doc = parse_document("n", samples_dir / "release_notes.txt", counter, chunk_tokens=120, max_bytes=10**8,
+                             max_pdf_pages=10)
+        requests = header_requests(doc, counter, 400)[:3]
+        results = source.generate(requests)
+        assert len(results) == 3
+        for result, request in zip(results, requests):
+            assert result.source == "openai" and result.model == "smollm2-135m-instruct"
+            assert result.prompt_tokens > 0 and result.completion_tokens > 0
+            assert result.header and result.header != request.chunk.text
+        # Answers per replica (the share metadata), and requests = answers + retries (SmolLM's answers
+        # are sometimes invalid and retried).
+        assert source.last_stats.per_replica == {llama_server: 3}
+        assert source.last_stats.requests == 3 + source.last_stats.retries
+    finally:
+        fleet.close()
+
+
+def test_unanswerable_chunk_is_an_explicit_error(llama_server, tmp_path):
+    # max_header_tokens=1 cannot be met by any answer: the error names the chunk and the reasons.
+    counter = token_counter()
+    fleet = make_fleet([llama_server], max_attempts=2)
+    try:
+        source = OpenAIHeaderSource(fleet, load_prompt(), counter, max_header_tokens=1, max_output_tokens=16)
+        note = tmp_path / "note.txt"
+        note.write_text("The night shift closes the loading dock at 23:00 and logs the seal numbers.")
+        doc = parse_document("n", note, counter, chunk_tokens=120, max_bytes=10**6, max_pdf_pages=1)
+        with pytest.raises(HeaderGenerationError, match="chunk 0 of n: no valid answer after 2 attempts"):
+            source.generate(header_requests(doc, counter, 200)[:1])
+        assert fleet.counters.invalid == 2 and fleet.counters.sent == 2
+    finally:
+        fleet.close()
+
+
+def test_pinned_model_bypasses_discovery():
+    # The pin wins: no request is made to the (unreachable) endpoint at construction.
+    fleet = make_fleet(["http://127.0.0.1:9"], model="pinned-model")
+    try:
+        assert fleet.model == "pinned-model" and fleet.replicas[0].url == "http://127.0.0.1:9/v1"
+    finally:
+        fleet.close()
+
+
+def test_two_replicas_share_work_headers_stored_and_failover(llama_servers, tmp_path, settings_factory):
+    """Two llama.cpp processes as two replicas: discovery finds the served name, both receive
+    requests, headers are stored; then one is killed and its work fails over to the other."""
+    from contextual_assets.defs.definitions import build_definitions, build_resources
+    from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
+
+    urls = ",".join(s.base_url for s in llama_servers)
+    settings = settings_factory(header_source="auto", llm_base_urls=urls, llm_max_in_flight=1)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    sentences = [f"Depot {n} receives {n * 7} pallets of frozen peas every Tuesday before {n + 5} am." for n in range(6)]
+    (docs / "depots.md").write_text("# Depots\n\n" + "\n\n".join(sentences) + "\n")
+    defs = build_definitions(settings.model_copy(update={"chunk_tokens": 24}))
+    store = build_resources(settings)["store"].open()
+    instance = dg.DagsterInstance.ephemeral()
+    sources, _ = collect_sources([docs])
+    register_sources(store, instance, sources)
+    (outcome,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
+    assert outcome.success, outcome.error
+    metadata = instance.get_latest_materialization_event(dg.AssetKey("chunk_headers")).asset_materialization.metadata
+    assert metadata["served_model"].value == "smollm2-135m-instruct"
+    shares = metadata["replica_share"].value
+    assert set(shares) == {s.base_url for s in llama_servers}, "both replicas received requests"
+    version = metadata["index_version"].value
+    stored = store.chunks(version)
+    assert len(stored) >= 4 and all(c.header and c.header_source == "openai" for c in stored)
+
+    # Re-run: every header comes from the cache, no LLM call.
+    (again,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
+    assert again.success
+    rerun = instance.get_latest_materialization_event(dg.AssetKey("chunk_headers")).asset_materialization.metadata
+    assert rerun["cache_hits"].value == len(stored) and rerun["requests"].value == 0
+
+    # Kill one replica: a new document's requests fail over to the survivor.
+    llama_servers[1].stop()
+    (docs / "more.md").write_text("# More\n\n" + "\n\n".join(s.replace("peas", "beans") for s in sentences) + "\n")
+    sources, _ = collect_sources([docs])
+    register_sources(store, instance, sources)
+    outcomes = ingest_partitions(defs, instance, [s for s in sources if s[0].endswith("more.md")], log_level="ERROR")
+    assert outcomes[0].success, outcomes[0].error
+    after = instance.get_latest_materialization_event(dg.AssetKey("chunk_headers")).asset_materialization.metadata
+    assert set(after["replica_share"].value) == {llama_servers[0].base_url}
+    llama_servers[1].start().wait_ready()
+
+
+def test_discovery_errors_name_each_endpoint():
+    with pytest.raises(ConfigurationError) as info:
+        ModelDiscovery().resolve({"http://127.0.0.1:9/v1": None})
+    assert "http://127.0.0.1:9/v1: unreachable" in str(info.value)
+    assert "CTX_LLM_MODEL" in str(info.value)
+
+
+def test_ingest_with_openai_headers_through_dagster(llama_server, tmp_path, settings_factory):
+    from contextual_assets.defs.definitions import build_definitions, build_resources
+    from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
+
+    doc = tmp_path / "memo.md"
+    doc.write_text("# Travel memo\n\nStaff travelling to Lyon book rail, not flights, for trips under 500 km.\n")
+    settings = settings_factory(header_source="auto", llm_base_urls=llama_server)
+    sources, _ = collect_sources([doc])
+    store = build_resources(settings)["store"].open()
+    instance = dg.DagsterInstance.ephemeral()
+    register_sources(store, instance, sources)
+    (outcome,) = ingest_partitions(build_definitions(settings), instance, sources, log_level="ERROR")
+    assert outcome.success, outcome.error
+    event = instance.get_latest_materialization_event(dg.AssetKey("chunk_headers"))
+    metadata = event.asset_materialization.metadata
+    assert metadata["header_source"].value == "openai"
+    assert metadata["header_model"].value == "smollm2-135m-instruct"
+    assert metadata["prompt_tokens"].value > 0 and metadata["requests"].value >= 1
+    (chunk,) = store.chunks(metadata["index_version"].value)
+    assert chunk.header_source == "openai" and chunk.header

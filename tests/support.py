@@ -1,0 +1,36 @@
+"""Helpers the tests share (paths, copies, free ports); fixtures live in conftest.py."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATASETS = REPO_ROOT.parent / "shared" / "datasets"
+
+
+def shared_dataset(*parts: str) -> Path:
+    path = SHARED_DATASETS.joinpath(*parts)
+    if not path.exists():
+        pytest.fail(f"{path} is missing: CI provides ../shared/datasets beside the repository")
+    return path
+
+
+def copy_into(paths: list[Path], dest: Path) -> list[Path]:
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    for path in paths:
+        target = dest / path.name
+        shutil.copyfile(path, target)
+        out.append(target)
+    return out
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,192 @@
+"""Fleet parts with no network: configuration, discovery (injected fetch and clock), the circuit
+breaker (injected clock), request budgets, cache keys and metrics parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from contextual_assets.errors import ConfigurationError
+from contextual_assets.fleet.breaker import CircuitBreaker
+from contextual_assets.fleet.config import FleetConfig
+from contextual_assets.fleet.discovery import ModelDiscovery, ServedModel
+from contextual_assets.fleet.vllm_metrics import parse_vllm_metrics
+from contextual_assets.headers.base import HeaderRequest
+from contextual_assets.headers.budget import ChunkTooLargeError, fit_prompt
+from contextual_assets.headers.cache import header_cache_key
+from contextual_assets.headers.prompt import load_prompt
+from contextual_assets.models import Chunk, content_hash
+from contextual_assets.parsing.tokens import token_counter
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_config_from_urls_and_yaml(tmp_path):
+    config = FleetConfig.load(base_urls="http://a:8000, http://b:8000/v1/", max_in_flight=8)
+    assert [r.base_url for r in config.replicas] == ["http://a:8000/v1", "http://b:8000/v1"]
+    assert [r.max_in_flight for r in config.replicas] == [8, 8]
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(
+        "model: pinned\nreplicas:\n  - base_url: http://a:8000\n    max_in_flight: 32\n    weight: 2\n"
+        "    api_key_env: A_KEY\n  - base_url: http://b:8000\n"
+    )
+    config = FleetConfig.load(fleet_file=str(fleet_file), max_in_flight=4)
+    assert config.model == "pinned"
+    assert [(r.max_in_flight, r.weight) for r in config.replicas] == [(32, 2.0), (4, 1.0)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"base_urls": ""}, "at least one replica"),
+        ({"base_urls": "gpu-1:8000"}, "must start with http"),
+        ({"base_urls": "http://a,http://a"}, "duplicate replica URLs"),
+        ({"fleet_file": "/nonexistent.yaml"}, "not found"),
+    ],
+)
+def test_config_errors_are_clear(kwargs, message):
+    with pytest.raises(ConfigurationError, match=message):
+        FleetConfig.load(**kwargs)
+
+
+def test_api_key_comes_from_the_named_variable(monkeypatch):
+    config = FleetConfig.load(base_urls="http://a")
+    monkeypatch.setenv("CTX_LLM_API_KEY", "sk-test-123")
+    assert config.api_key_for(config.replicas[0]) == "sk-test-123"
+    assert "sk-test-123" not in config.model_dump_json()
+
+
+def fake_fetch(answers):
+    calls = []
+
+    def fetch(url, key):
+        calls.append(url)
+        answer = answers[url]
+        if isinstance(answer, Exception):
+            raise answer
+        return [ServedModel(id=i, max_model_len=n) for i, n in answer]
+
+    return fetch, calls
+
+
+def test_discovery_skips_embedding_models_and_reads_context_length():
+    fetch, _ = fake_fetch({"http://a/v1": [("bge-small-embed", None), ("qwen-7b", 4096)],
+                           "http://b/v1": [("qwen-7b", 8192)]})
+    resolved = ModelDiscovery(fetch=fetch).resolve({"http://a/v1": None, "http://b/v1": None})
+    assert resolved.name == "qwen-7b" and resolved.context_limit == 4096 and resolved.discovered
+
+
+def test_discovery_cache_respects_ttl():
+    clock = Clock()
+    fetch, calls = fake_fetch({"http://a/v1": [("m", None)]})
+    discovery = ModelDiscovery(ttl_s=300, fetch=fetch, clock=clock)
+    discovery.resolve({"http://a/v1": None})
+    clock.now += 299
+    discovery.resolve({"http://a/v1": None})
+    assert len(calls) == 1
+    clock.now += 2
+    discovery.resolve({"http://a/v1": None})
+    assert len(calls) == 2
+
+
+def test_pin_wins_and_fetches_nothing():
+    fetch, calls = fake_fetch({})
+    resolved = ModelDiscovery(fetch=fetch).resolve({"http://a/v1": None}, pin="my-model", context_limit=2048)
+    assert (resolved.name, resolved.context_limit, resolved.discovered) == ("my-model", 2048, False)
+    assert calls == []
+
+
+def test_mismatched_models_are_an_error_unless_allowed():
+    fetch, _ = fake_fetch({"http://a/v1": [("m1", None)], "http://b/v1": [("m2", None)]})
+    endpoints = {"http://a/v1": None, "http://b/v1": None}
+    with pytest.raises(ConfigurationError, match="replicas serve different models"):
+        ModelDiscovery(fetch=fetch).resolve(endpoints)
+    resolved = ModelDiscovery(fetch=fetch).resolve(endpoints, allow_mixed=True)
+    assert {m.id for m in resolved.per_endpoint.values()} == {"m1", "m2"}
+
+
+def test_nothing_usable_or_unreachable_lists_every_answer():
+    fetch, _ = fake_fetch({"http://a/v1": [("text-embedding-3", None)], "http://b/v1": ConnectionError("refused"),
+                           "http://c/v1": []})
+    with pytest.raises(ConfigurationError) as info:
+        ModelDiscovery(fetch=fetch).resolve({"http://a/v1": None, "http://b/v1": None, "http://c/v1": None})
+    message = str(info.value)
+    assert "http://a/v1: models ['text-embedding-3']" in message
+    assert "http://b/v1: unreachable or invalid answer (ConnectionError: refused)" in message
+    assert "http://c/v1: no models" in message
+
+
+def test_circuit_breaker_opens_probes_and_closes():
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=3, cooldown_s=5, clock=clock)
+    for _ in range(2):
+        breaker.record_failure()
+    assert breaker.state == "closed" and breaker.allow()
+    breaker.record_failure()
+    assert breaker.state == "open" and not breaker.allow()
+    clock.now += 5
+    assert breaker.state == "half-open" and breaker.allow()
+    breaker.on_dispatch()
+    assert not breaker.allow(), "one probe at a time"
+    breaker.record_failure()
+    assert breaker.state == "open" and breaker.trips == 2
+    clock.now += 5
+    breaker.on_dispatch()
+    breaker.record_success()
+    assert breaker.state == "closed" and breaker.allow()
+
+
+def make_request(n_before=6, n_after=6, words=40) -> HeaderRequest:
+    text = " ".join(f"chunkword{i}" for i in range(words))
+    chunk = Chunk(doc_id="d", source_doc="d", title="T", ordinal=3, section_path=["S"], text=text,
+                  token_count=words, content_hash=content_hash(text))
+    before = [" ".join(f"before{j}w{i}" for i in range(words)) for j in range(n_before)]
+    after = [" ".join(f"after{j}w{i}" for i in range(words)) for j in range(n_after)]
+    return HeaderRequest(chunk=chunk, before=before, after=after)
+
+
+def test_budget_trims_farthest_context_first():
+    counter, prompt = token_counter(), load_prompt()
+    request = make_request()
+    roomy = fit_prompt(request, prompt, counter, context_limit=None, max_output_tokens=80)
+    assert roomy.trimmed_parts == 0
+    tight = fit_prompt(request, prompt, counter, context_limit=roomy.est_prompt_tokens // 2 + 80, max_output_tokens=80)
+    assert 0 < tight.trimmed_parts < 12
+    assert tight.est_prompt_tokens + 80 <= roomy.est_prompt_tokens // 2 + 80
+    assert "before0w0" in tight.context and "after0w0" in tight.context, "nearest parts are kept"
+    assert "before5w0" not in tight.context and "after5w0" not in tight.context, "farthest parts go first"
+
+
+def test_chunk_that_cannot_fit_alone_is_a_clear_error():
+    with pytest.raises(ChunkTooLargeError, match="chunk 3 of d needs ~.* over the model's context length of 100"):
+        fit_prompt(make_request(words=200), load_prompt(), token_counter(), context_limit=100, max_output_tokens=80)
+
+
+def test_cache_key_changes_with_every_part():
+    base = ("m", "rev1", "header-v1", "context", "hash")
+    keys = {header_cache_key(*base)}
+    for index in range(5):
+        changed = list(base)
+        changed[index] = changed[index] + "x"
+        keys.add(header_cache_key(*changed))
+    assert len(keys) == 6
+
+
+def test_parse_vllm_metrics():
+    text = (
+        "# TYPE vllm:prompt_tokens_total counter\n"
+        'vllm:prompt_tokens_total{model_name="m"} 1200.0\n'
+        "# TYPE vllm:generation_tokens_total counter\n"
+        'vllm:generation_tokens_total{model_name="m"} 50.0\n'
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{model_name="m"} 3.0\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{model_name="m"} 1.0\n'
+    )
+    assert parse_vllm_metrics(text) == {"vllm:prompt_tokens": 1200.0, "vllm:generation_tokens": 50.0,
+                                        "vllm:num_requests_running": 3.0, "vllm:num_requests_waiting": 1.0}
