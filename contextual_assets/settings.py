@@ -1,75 +1,130 @@
-"""Platform settings from the environment, so the CLI, Dagster and benchmarks in two shells with
-the same environment see the same index."""
+"""Platform settings: one pydantic-settings model, the single place where every default is written.
+
+Read from the environment (`CTX_*`, and `DATABASE_URL`), so the CLI, the Dagster code location and
+the benchmarks in two shells with the same environment see the same index. A bad value is a
+`ConfigurationError` whose one-line message names the variable and what it accepts.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from contextual_assets.errors import ConfigurationError
+from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
+
+ENV_PREFIX = "CTX_"
 
 
-def _env(name: str, default: str = "") -> str:
-    return os.environ.get(name, default).strip()
+class PlatformSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, populate_by_name=True, str_strip_whitespace=True,
+                                      extra="ignore", validate_default=True)
 
+    home: str = Field(".ctx", description="a directory for the embedded store and Dagster's home")
+    inbox: str = Field("inbox", description="the folder the new_documents sensor watches")
+    database_url: str = Field("", validation_alias="DATABASE_URL",
+                              description="a postgresql:// URL (empty: the embedded DuckDB file)")
+    duckdb_path: str = Field("", description="a file path (empty: <CTX_HOME>/index.duckdb)")
+    header_source: Literal["auto", "openai", "structural", "none"] = Field(
+        "auto", description="auto, openai, structural or none")
+    llm_base_urls: str = Field("", validation_alias=AliasChoices("CTX_LLM_BASE_URLS", "CTX_LLM_BASE_URL"),
+                               description="comma-separated http(s):// base URLs of OpenAI-compatible replicas")
+    llm_fleet_file: str = Field("", description="a YAML fleet file (replicas with caps, weights and key variables)")
+    llm_model: str = Field("", description="a served model name to pin (empty: discovered from /v1/models)")
+    llm_revision: str = Field("", description="the pinned model's revision (part of the index version)")
+    llm_allow_mixed_models: bool = Field(FleetConfig.model_fields["allow_mixed_models"].default,
+                                         description="true or false")
+    llm_context_limit: int = Field(0, ge=0, description="a token count >= 0 (0: max_model_len from /v1/models)")
+    llm_batch_size: int = Field(FleetConfig.model_fields["batch_size"].default, ge=1, le=32,
+                                description="chunks per request, 1 to 32")
+    llm_sample_metrics: bool = Field(False, description="true or false")
+    llm_api_key_env: str = Field(FleetConfig.model_fields["api_key_env"].default,
+                                 description="the name of the variable that holds the API key")
+    llm_max_in_flight: int = Field(ReplicaConfig.model_fields["max_in_flight"].default, ge=1,
+                                   description="requests in flight per replica, an integer >= 1")
+    embed_base_url: str = Field("", description="an OpenAI-compatible /v1 base URL (empty: the bundled MiniLM)")
+    embed_model: str = Field("", description="the embedding model served at CTX_EMBED_BASE_URL")
+    embed_api_key_env: str = Field("CTX_EMBED_API_KEY", description="the name of the variable that holds the key")
+    chunk_tokens: int = Field(200, ge=1, description="an integer >= 1 (embedder tokens per chunk)")
+    context_tokens: int = Field(1000, ge=0, description="an integer >= 0 (tokens of section context per request)")
+    max_file_mb: float = Field(100.0, gt=0, description="a size in MB > 0")
+    max_pdf_pages: int = Field(2000, ge=1, description="an integer >= 1")
+    partitions_per_run: int = Field(200, ge=1, description="documents per ingest run, an integer >= 1")
+    gold_path: str = Field("", validation_alias="CTX_GOLD_FILE", description="a gold file (JSONL or YAML)")
+    gate_floors_json: str = Field("{}", validation_alias="CTX_GATE_FLOORS",
+                                  description='a JSON object of metric floors, e.g. {"pass_at_10": 0.6}')
+    gate_tolerance: float = Field(0.02, ge=0, le=1, description="a number from 0 to 1")
+    gate_exceptions_path: str = Field("", validation_alias="CTX_GATE_EXCEPTIONS",
+                                      description="a YAML or JSONL file of reviewed exceptions")
 
-class PlatformSettings(BaseModel):
-    home: str = ".ctx"
-    inbox: str = "inbox"
-    database_url: str = ""
-    duckdb_path: str = ""
-    header_source: str = "auto"  # auto | openai | structural | none
-    llm_base_urls: str = ""
-    llm_fleet_file: str = ""
-    llm_model: str = ""
-    llm_revision: str = ""
-    llm_allow_mixed_models: bool = False
-    llm_context_limit: int = 0
-    llm_batch_size: int = 1
-    llm_sample_metrics: bool = False
-    llm_api_key_env: str = "CTX_LLM_API_KEY"
-    llm_max_in_flight: int = 16
-    embed_base_url: str = ""
-    embed_model: str = ""
-    embed_api_key_env: str = "CTX_EMBED_API_KEY"
-    chunk_tokens: int = 200
-    context_tokens: int = 1000
-    max_file_mb: float = 100.0
-    max_pdf_pages: int = 2000
-    partitions_per_run: int = 200
-    gold_path: str = ""
-    gate_floors_json: str = "{}"
-    gate_tolerance: float = 0.02
-    gate_exceptions_path: str = ""
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise ConfigurationError(describe_errors(exc, values)) from None
+
+    @field_validator("header_source", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("gate_floors_json")
+    @classmethod
+    def _floors(cls, value: str) -> str:
+        floors = json.loads(value or "{}")  # a JSONDecodeError is a ValueError: reported with the variable
+        if not isinstance(floors, dict) or not all(isinstance(v, (int, float)) for v in floors.values()):
+            raise ValueError("expected a JSON object of metric -> number")
+        return value or "{}"
+
+    @model_validator(mode="after")
+    def _default_duckdb_path(self) -> "PlatformSettings":
+        if not self.duckdb_path:
+            self.duckdb_path = str(Path(self.home) / "index.duckdb")
+        return self
 
     @classmethod
     def from_env(cls) -> "PlatformSettings":
-        home = _env("CTX_HOME", ".ctx")
-        return cls(
-            home=home,
-            inbox=_env("CTX_INBOX", "inbox"),
-            database_url=_env("DATABASE_URL"),
-            duckdb_path=_env("CTX_DUCKDB_PATH") or str(Path(home) / "index.duckdb"),
-            header_source=_env("CTX_HEADER_SOURCE", "auto").lower(),
-            llm_base_urls=_env("CTX_LLM_BASE_URLS") or _env("CTX_LLM_BASE_URL"),
-            llm_fleet_file=_env("CTX_LLM_FLEET_FILE"),
-            llm_model=_env("CTX_LLM_MODEL"),
-            llm_revision=_env("CTX_LLM_REVISION"),
-            llm_allow_mixed_models=_env("CTX_LLM_ALLOW_MIXED_MODELS", "0").lower() in {"1", "true", "yes"},
-            llm_context_limit=int(_env("CTX_LLM_CONTEXT_LIMIT", "0")),
-            llm_batch_size=int(_env("CTX_LLM_BATCH_SIZE", "1")),
-            llm_sample_metrics=_env("CTX_LLM_SAMPLE_METRICS", "0").lower() in {"1", "true", "yes"},
-            llm_api_key_env=_env("CTX_LLM_API_KEY_ENV", "CTX_LLM_API_KEY"),
-            llm_max_in_flight=int(_env("CTX_LLM_MAX_IN_FLIGHT", "16")),
-            embed_base_url=_env("CTX_EMBED_BASE_URL"),
-            embed_model=_env("CTX_EMBED_MODEL"),
-            chunk_tokens=int(_env("CTX_CHUNK_TOKENS", "200")),
-            context_tokens=int(_env("CTX_CONTEXT_TOKENS", "1000")),
-            max_file_mb=float(_env("CTX_MAX_FILE_MB", "100")),
-            max_pdf_pages=int(_env("CTX_MAX_PDF_PAGES", "2000")),
-            partitions_per_run=int(_env("CTX_PARTITIONS_PER_RUN", "200")),
-            gold_path=_env("CTX_GOLD_FILE"),
-            gate_floors_json=_env("CTX_GATE_FLOORS", "{}"),
-            gate_tolerance=float(_env("CTX_GATE_TOLERANCE", "0.02")),
-            gate_exceptions_path=_env("CTX_GATE_EXCEPTIONS"),
-        )
+        return cls()
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """A setting's default, for the resources and functions that take it as a parameter."""
+        return cls.model_fields[name].default
+
+
+def env_names(name: str) -> list[str]:
+    """The environment variables that set field `name`, in the order they are looked up."""
+    alias = PlatformSettings.model_fields[name].validation_alias
+    if isinstance(alias, AliasChoices):
+        return [str(choice) for choice in alias.choices]
+    return [alias] if isinstance(alias, str) else [f"{ENV_PREFIX}{name.upper()}"]
+
+
+def env_source(name: str, value: Any) -> str | None:
+    """The variable that gave field `name` its `value`, when the environment did."""
+    for variable in env_names(name):
+        if variable in os.environ:
+            return variable if os.environ[variable].strip() == str(value) else None
+    return None
+
+
+def describe_errors(exc: ValidationError, given: dict[str, Any]) -> str:
+    """One line: each bad value with the variable that set it and what the setting accepts."""
+    fields = PlatformSettings.model_fields
+    problems = []
+    for error in exc.errors():
+        key = str(error["loc"][0]) if error["loc"] else ""
+        name = key if key in fields else next((n for n in fields if key in env_names(n)), key)
+        if name in given or name not in fields:
+            variable = name  # passed in code, not through the environment
+        else:
+            variable = next((v for v in env_names(name) if v in os.environ), env_names(name)[0])
+        accepts = f"; expected {fields[name].description}" if name in fields and fields[name].description else ""
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{variable}={error.get('input')!r} is not valid ({message}){accepts}")
+    return "; ".join(problems)

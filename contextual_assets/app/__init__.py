@@ -1,0 +1,1 @@
+"""Entry points: the `ctx` command line, `make demo`, and launching ingest runs on a Dagster instance."""

@@ -66,7 +66,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from contextual_assets.defs.definitions import build_resources
+    from contextual_assets.defs.resources import build_resources
 
     settings = _settings()
     resources = build_resources(settings)
@@ -107,7 +107,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from contextual_assets.defs.definitions import build_resources
+    from contextual_assets.defs.resources import build_resources
 
     settings = _settings()
     resources = build_resources(settings)
@@ -139,7 +139,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from contextual_assets.defs.definitions import build_resources
+    from contextual_assets.defs.resources import build_resources
 
     store = build_resources(_settings())["store"].open()
     restored, replaced = store.rollback_alias(args.alias, reason=args.reason)

@@ -23,7 +23,7 @@ def main() -> int:
     for query, _ in SAMPLE_QUERIES[:3]:
         print(f"\n$ ctx search {query!r} -k 3")
         ctx_main(["search", query, "-k", "3"])
-    from contextual_assets.defs.definitions import build_resources
+    from contextual_assets.defs.resources import build_resources
 
     resources = build_resources(settings)
     store = resources["store"].open()

@@ -18,7 +18,7 @@ from contextual_assets.ingest.document_keys import key_for_path, partition_key_f
 from contextual_assets.defs.partitions import documents_partitions, partition_ranges, range_run_tags
 from contextual_assets.store import ChunkStore
 
-REPO_DAGSTER_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
+REPO_DAGSTER_YAML = Path(__file__).resolve().parents[2] / "dagster.yaml"  # the checkout's instance settings
 
 
 class PartitionOutcome(BaseModel):

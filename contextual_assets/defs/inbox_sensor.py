@@ -13,7 +13,8 @@ from contextual_assets.defs.partitions import documents_partitions, partition_ra
 from contextual_assets.defs.resources import ChunkStoreResource
 
 
-def build_new_documents_sensor(job, inbox: str, interval_s: int = 15, partitions_per_run: int = 200):
+def build_new_documents_sensor(job, inbox: str, partitions_per_run: int,
+                               interval_s: int = 15) -> dg.SensorDefinition:
     @dg.sensor(
         name="new_documents",
         job=job,

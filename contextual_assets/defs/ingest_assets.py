@@ -20,7 +20,6 @@ from contextual_assets.defs.partitions import documents_partitions
 from contextual_assets.defs.resources import ChunkStoreResource, EmbedderResource, HeaderSourceResource, ParsingResource
 
 INGEST_GROUP = "ingest"
-DEFAULT_PARTITIONS_PER_RUN = 200
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -51,7 +50,7 @@ INGEST_SPECS = [
 ASSET_OF_STAGE = {"parsed": "parsed_chunks", "headered": "chunk_headers", "committed": "chunk_embeddings"}
 
 
-def build_ingest_assets(partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN) -> dg.AssetsDefinition:
+def build_ingest_assets(partitions_per_run: int) -> dg.AssetsDefinition:
     @dg.multi_asset(
         name="ingest_document_partitions",
         specs=INGEST_SPECS,

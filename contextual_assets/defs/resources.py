@@ -1,7 +1,12 @@
-"""Dagster resources: the store, the header source, the embedder and the parsing limits."""
+"""Dagster resources: the store, the header source, the embedder and the parsing limits.
 
+Defaults come from `PlatformSettings` (or, for fleet knobs it does not expose, `FleetConfig`): each is
+written once. `definitions.build_resources` passes values that came from the environment as
+`dg.EnvVar`s, so the UI shows the variable's name rather than baking its value into run config.
+"""
 
-import logging
+from __future__ import annotations
+
 import os
 import threading
 
@@ -10,17 +15,21 @@ from pydantic import PrivateAttr
 
 from contextual_assets.embedding import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder, sentence_transformer_name
 from contextual_assets.errors import ConfigurationError
-from contextual_assets.headers.base import HeaderSource
 from contextual_assets.fleet.config import FleetConfig
+from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
 from contextual_assets.fleet.pool import get_fleet
-from contextual_assets.headers.openai_source import OpenAIHeaderSource
+from contextual_assets.headers.base import HeaderSource
+from contextual_assets.headers.openai_source import OpenAIHeaderSource, openai_identity, prompt_version_of
 from contextual_assets.headers.prompt import DEFAULT_PROMPT, load_prompt
 from contextual_assets.headers.structural import NoHeaderSource, StructuralHeaderSource
 from contextual_assets.index_version import index_fingerprint, index_version_of
-from contextual_assets.store import ChunkStore, open_store
 from contextual_assets.parsing.tokens import TokenCounter, bundled_model_dir, token_counter
+from contextual_assets.settings import PlatformSettings, env_source
+from contextual_assets.store import ChunkStore, open_store
+from eval_assets.resources import EvalGateResource
 
-log = logging.getLogger(__name__)
+_default = PlatformSettings.default
+_fleet_default = lambda name: FleetConfig.model_fields[name].default  # noqa: E731
 
 # Explicit process-wide caches (one store connection pool / one loaded model per process).
 _STORES: dict[tuple[str, str], ChunkStore] = {}
@@ -39,7 +48,7 @@ class ChunkStoreResource(dg.ConfigurableResource):
 
     database_url: str = ""  # explicit URL (tests); production leaves it empty and sets the variable below
     database_url_env: str = "DATABASE_URL"  # read at open(): the URL and its password never enter config
-    duckdb_path: str = ".ctx/index.duckdb"
+    duckdb_path: str = str(_default("home")) + "/index.duckdb"
 
     def url(self) -> str:
         return self.database_url or os.environ.get(self.database_url_env, "").strip()
@@ -56,43 +65,41 @@ class ChunkStoreResource(dg.ConfigurableResource):
 
 
 class ParsingResource(dg.ConfigurableResource):
-    chunk_tokens: int = 200
-    max_file_mb: float = 100.0
-    max_pdf_pages: int = 2000
+    chunk_tokens: int = _default("chunk_tokens")
+    max_file_mb: float = _default("max_file_mb")
+    max_pdf_pages: int = _default("max_pdf_pages")
     tokenizer_dir: str = ""  # empty: the bundled embedder's tokenizer
 
     def counter(self) -> TokenCounter:
         return token_counter(self.tokenizer_dir or None)
 
 
-# Fleet setting -> the field of HeaderSourceResource that sets it.
-FLEET_FIELDS = {"model": "model", "revision": "revision", "allow_mixed_models": "allow_mixed_models",
-                "context_limit": "context_limit", "api_key_env": "api_key_env", "max_in_flight": "max_in_flight",
-                "request_timeout_s": "timeout_s", "max_attempts": "max_attempts", "batch_size": "batch_size",
-                "max_output_tokens": "max_output_tokens"}
+# Fields of HeaderSourceResource that set the FleetConfig field of the same name.
+FLEET_FIELDS = ("model", "revision", "allow_mixed_models", "context_limit", "api_key_env", "max_in_flight",
+                "request_timeout_s", "max_attempts", "batch_size", "max_output_tokens")
 
 
 class HeaderSourceResource(dg.ConfigurableResource):
     """`auto` uses the OpenAI-compatible endpoints when configured, otherwise structural headers."""
 
-    source: str = "auto"
+    source: str = _default("header_source")
     base_urls: str = ""
     fleet_file: str = ""  # YAML with per-replica caps, weights and key variables
     model: str = ""
     revision: str = ""
-    allow_mixed_models: bool = False
-    context_limit: int = 0  # 0: max_model_len from /v1/models
-    api_key_env: str = "CTX_LLM_API_KEY"  # the *name* of the variable; the key itself is never in config
+    allow_mixed_models: bool = _default("llm_allow_mixed_models")
+    context_limit: int = _default("llm_context_limit")  # 0: max_model_len from /v1/models
+    api_key_env: str = _default("llm_api_key_env")  # the *name* of the variable; the key is never in config
     prompt: str = DEFAULT_PROMPT
     batch_prompt: str = "header_batch_v1"
-    batch_size: int = 1
-    max_in_flight: int = 16
-    max_output_tokens: int = 80
+    batch_size: int = _default("llm_batch_size")
+    max_in_flight: int = _default("llm_max_in_flight")
+    max_output_tokens: int = _fleet_default("max_output_tokens")
     max_header_tokens: int = 64
-    context_tokens: int = 1000
-    timeout_s: float = 60.0
-    max_attempts: int = 4
-    sample_metrics: bool = False  # sample replicas' Prometheus /metrics into a per-run timeline
+    context_tokens: int = _default("context_tokens")
+    request_timeout_s: float = _fleet_default("request_timeout_s")
+    max_attempts: int = _fleet_default("max_attempts")
+    sample_metrics: bool = _default("llm_sample_metrics")  # sample replicas' /metrics into a per-run timeline
 
     def resolved_source(self) -> tuple[str, str | None]:
         """(source, warning): the source that will run and why, when `auto` had to choose."""
@@ -116,12 +123,26 @@ class HeaderSourceResource(dg.ConfigurableResource):
     def fleet_config(self) -> FleetConfig:
         fields = type(self).model_fields
         overrides = {}
-        for key, name in FLEET_FIELDS.items():
+        for name in FLEET_FIELDS:
             value = getattr(self, name)
             if value == fields[name].default and (self.fleet_file or not value):
                 continue  # left at its default: the fleet file (or FleetConfig's own default) wins
-            overrides[key] = value
+            overrides[name] = value
         return FleetConfig.load(base_urls=self.base_urls, fleet_file=self.fleet_file, **overrides)
+
+    def identity(self) -> dict[str, str]:
+        """The header part of the index-version fingerprint, without starting a request pool: for
+        `openai`, the served model comes from discovery (cached per endpoint) unless pinned."""
+        source, _ = self.resolved_source()
+        if source == "structural":
+            return StructuralHeaderSource().identity
+        if source == "none":
+            return NoHeaderSource().identity
+        config = self.fleet_config()
+        resolved = DEFAULT_DISCOVERY.resolve_fleet(config)
+        version = prompt_version_of(load_prompt(self.prompt),
+                                    load_prompt(self.batch_prompt) if config.batch_size > 1 else None, config.batch_size)
+        return openai_identity(resolved.name, config.revision, version)
 
     def build(self, counter: TokenCounter, store: ChunkStore | None = None) -> HeaderSource:
         """The configured source; for `openai`, a client of the process-wide fleet pool, with the
@@ -146,7 +167,7 @@ class EmbedderResource(dg.ConfigurableResource):
     base_url: str = ""
     model: str = ""
     model_dir: str = ""
-    api_key_env: str = "CTX_EMBED_API_KEY"
+    api_key_env: str = _default("embed_api_key_env")
     batch_size: int = 32
 
     _embedder: Embedder | None = PrivateAttr(default=None)
@@ -166,6 +187,44 @@ class EmbedderResource(dg.ConfigurableResource):
         return self._embedder
 
 
+# Settings that differ per deployment: when the environment sets them, the code location's resources
+# carry the variable (dg.EnvVar), resolved at run time, so the UI never bakes their values into config.
+DEPLOYMENT_SETTINGS = ("duckdb_path", "llm_base_urls", "llm_fleet_file", "llm_model", "llm_revision",
+                       "embed_base_url", "embed_model", "gold_path", "gate_exceptions_path")
+
+
+def build_resources(settings: PlatformSettings, env_vars: bool = False) -> dict[str, dg.ConfigurableResource]:
+    """The resources for `settings`. With `env_vars` (the code location), deployment settings that came
+    from the environment are passed as `dg.EnvVar`; direct callers (the CLI) get plain values."""
+
+    def value(name: str):
+        variable = env_source(name, getattr(settings, name)) if env_vars and name in DEPLOYMENT_SETTINGS else None
+        return dg.EnvVar(variable) if variable else getattr(settings, name)
+
+    return {
+        # A URL that came from DATABASE_URL stays there (read at use), out of run config and the UI.
+        "store": ChunkStoreResource(
+            database_url="" if env_source("database_url", settings.database_url) else settings.database_url,
+            duckdb_path=value("duckdb_path"),
+        ),
+        "parsing": ParsingResource(chunk_tokens=settings.chunk_tokens, max_file_mb=settings.max_file_mb,
+                                   max_pdf_pages=settings.max_pdf_pages),
+        "headers": HeaderSourceResource(source=settings.header_source, base_urls=value("llm_base_urls"),
+                                        fleet_file=value("llm_fleet_file"), model=value("llm_model"),
+                                        revision=value("llm_revision"),
+                                        allow_mixed_models=settings.llm_allow_mixed_models,
+                                        context_limit=settings.llm_context_limit, batch_size=settings.llm_batch_size,
+                                        sample_metrics=settings.llm_sample_metrics,
+                                        api_key_env=settings.llm_api_key_env,
+                                        max_in_flight=settings.llm_max_in_flight,
+                                        context_tokens=settings.context_tokens),
+        "embedder": EmbedderResource(base_url=value("embed_base_url"), model=value("embed_model"),
+                                     api_key_env=settings.embed_api_key_env),
+        "gate": EvalGateResource(gold_path=value("gold_path"), floors_json=settings.gate_floors_json,
+                                 tolerance=settings.gate_tolerance, exceptions_path=value("gate_exceptions_path")),
+    }
+
+
 def current_index_version(headers: HeaderSourceResource, embedder: EmbedderResource, parsing: ParsingResource) -> str:
-    source = headers.build(parsing.counter())  # resolves the served model (discovery is cached)
-    return index_version_of(index_fingerprint(source.identity, embedder.identity(), parsing.chunk_tokens))
+    """The index version the current configuration builds (no request pool, no model loaded)."""
+    return index_version_of(index_fingerprint(headers.identity(), embedder.identity(), parsing.chunk_tokens))

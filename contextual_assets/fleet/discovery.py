@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import httpx
 
 from ..errors import ConfigurationError
+from .config import FleetConfig
 
 EMBEDDING_HINTS = ("embed", "bge-", "e5-", "gte-", "minilm", "rerank")
 
@@ -106,6 +107,12 @@ class ModelDiscovery:
         limit = context_limit or (min(lengths) if lengths else None)
         return ResolvedModel(name=names[0] if len(names) == 1 else "+".join(names), context_limit=limit,
                              per_endpoint=chosen, discovered=True)
+
+    def resolve_fleet(self, config: FleetConfig) -> ResolvedModel:
+        """The model a fleet configuration serves: its pin, else what every replica reports."""
+        return self.resolve({r.base_url: config.api_key_for(r) for r in config.replicas}, pin=config.model,
+                            allow_mixed=config.allow_mixed_models, context_limit=config.context_limit,
+                            ttl_s=config.discovery_ttl_s)
 
 
 # Process-wide discovery cache (explicit; tests create their own or call `clear()`).

@@ -60,6 +60,18 @@ class HeaderRunStats:
         self.per_replica[result.replica] = self.per_replica.get(result.replica, 0) + 1
 
 
+def prompt_version_of(prompt: PromptTemplate, batch_prompt: PromptTemplate | None, batch_size: int) -> str:
+    if batch_size > 1 and batch_prompt is not None:
+        return f"{prompt.version}+{batch_prompt.version}/k{batch_size}"
+    return prompt.version
+
+
+def openai_identity(model: str, revision: str, prompt_version: str) -> dict[str, str]:
+    """The header part of the index-version fingerprint for headers from a served model."""
+    header_model = f"{model}@{revision}" if revision else model
+    return {"header_source": "openai", "header_model": header_model, "prompt_version": prompt_version}
+
+
 class OpenAIHeaderSource(HeaderSource):
     name = "openai"
 
@@ -97,14 +109,11 @@ class OpenAIHeaderSource(HeaderSource):
 
     @property
     def prompt_version(self) -> str:
-        if self.batch_size > 1 and self.batch_prompt is not None:
-            return f"{self.prompt.version}+{self.batch_prompt.version}/k{self.batch_size}"
-        return self.prompt.version
+        return prompt_version_of(self.prompt, self.batch_prompt, self.batch_size)
 
     @property
     def identity(self) -> dict[str, str]:
-        model = f"{self.model}@{self.revision}" if self.revision else self.model
-        return {"header_source": "openai", "header_model": model, "prompt_version": self.prompt_version}
+        return openai_identity(self.model, self.revision, self.prompt_version)
 
     def _validator(self, chunk_text: str):
         def validate(raw: str) -> str:

@@ -30,7 +30,7 @@ from contextual_assets.errors import ContextualError, DocumentError, StaleDocume
 from contextual_assets.headers.base import HeaderResult, HeaderSource
 from contextual_assets.models import DocumentRecord, EmbeddedChunk, HeaderedChunk, ParsedDocument
 from contextual_assets.headers.context import header_requests
-from contextual_assets.ingest.parse import parse_document
+from contextual_assets.ingest.parse import parse_document, parse_metadata
 from contextual_assets.store import ChunkStore
 from contextual_assets.parsing.tokens import TokenCounter
 
@@ -389,25 +389,6 @@ class DocumentPipeline:
                 "index_version": self.index_version,
                 "store": self.store.location,
             }))
-
-
-def parse_metadata(doc: ParsedDocument, chunk_tokens: int, tokenizer: str, parse_s: float) -> dict[str, Any]:
-    tokens = [c.token_count for c in doc.chunks] or [0]
-    return {
-        "file": doc.source_path,
-        "kind": doc.kind,
-        "title": doc.title,
-        "chunks": len(doc.chunks),
-        "sections": len({tuple(c.section_path) for c in doc.chunks}),
-        "pages": doc.pages or 0,
-        "tokens_total": sum(tokens),
-        "tokens_max": max(tokens),
-        "chunk_token_budget": chunk_tokens,
-        "tokenizer": tokenizer,
-        "file_sha256": doc.file_hash,
-        "warnings": "; ".join(doc.warnings) or "none",
-        "parse_s": round(parse_s, 3),
-    }
 
 
 def mean_header_words(job: DocumentJob) -> float:

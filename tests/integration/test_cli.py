@@ -127,3 +127,11 @@ def test_database_password_stays_out_of_run_config(monkeypatch, settings_factory
     for url in ("postgresql://ctx:S3CRET-pw@db/ctx", "host=db password=S3CRET-pw dbname=ctx",
                 "postgresql://ctx@db/ctx?password=S3CRET-pw"):
         assert "S3CRET" not in redact_url(url) and "db" in redact_url(url)
+
+
+@pytest.mark.parametrize(("variable", "value"), [("CTX_CHUNK_TOKENS", "abc"), ("CTX_LLM_MAX_IN_FLIGHT", "-1")])
+def test_a_bad_setting_exits_2_naming_the_variable(env, variable, value):
+    result = run_ctx({**env, variable: value}, "status")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert result.stderr.startswith(f"error: {variable}={value!r} is not valid"), result.stderr

@@ -14,14 +14,26 @@ from contextual_assets.defs.definitions import build_definitions
 from tests.support import REPO_ROOT
 
 
-def test_dagster_definitions_validate(tmp_path):
+def validate_code_location(tmp_path, **variables: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTX_", "DAGSTER_"))}
-    env["DAGSTER_HOME"] = str(tmp_path)
+    env.update({"DAGSTER_HOME": str(tmp_path), **variables})
     dagster_cli = Path(sys.executable).parent / "dagster"
-    result = subprocess.run([str(dagster_cli), "definitions", "validate", "-w", "workspace.yaml"], cwd=REPO_ROOT,
-                            env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([str(dagster_cli), "definitions", "validate", "-w", "workspace.yaml"], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_dagster_definitions_validate(tmp_path):
+    result = validate_code_location(tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "Validation successful for code location contextual_retrieval" in result.stdout + result.stderr
+
+
+def test_a_bad_setting_stops_the_code_location_with_one_line_naming_it(tmp_path):
+    result = validate_code_location(tmp_path, CTX_LLM_MAX_IN_FLIGHT="-1")
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if "CTX_LLM_MAX_IN_FLIGHT" in line]
+    assert len(lines) == 1 and "is not valid" in lines[0] and ">= 1" in lines[0]
+    assert "Traceback" not in result.stderr
 
 
 def test_card_assets_groups_kinds_and_partitions(settings_factory):

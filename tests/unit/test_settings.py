@@ -1,0 +1,95 @@
+"""Settings: one source of defaults, every bad value named by its variable, deployment values as EnvVars."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from contextual_assets.defs.resources import (
+    ChunkStoreResource,
+    EmbedderResource,
+    HeaderSourceResource,
+    ParsingResource,
+    build_resources,
+)
+from contextual_assets.errors import ConfigurationError
+from contextual_assets.fleet.config import FleetConfig
+from contextual_assets.settings import PlatformSettings, env_names
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("CTX_") or name == "DATABASE_URL":
+            monkeypatch.delenv(name)
+
+
+def test_resources_take_their_defaults_from_the_settings():
+    settings = PlatformSettings()
+    assert ParsingResource().chunk_tokens == settings.chunk_tokens == 200
+    assert ParsingResource().max_pdf_pages == settings.max_pdf_pages
+    headers = HeaderSourceResource()
+    assert headers.context_tokens == settings.context_tokens == 1000
+    assert headers.max_in_flight == settings.llm_max_in_flight == 16
+    assert headers.source == settings.header_source == "auto"
+    assert headers.request_timeout_s == FleetConfig.model_fields["request_timeout_s"].default
+    assert ChunkStoreResource().duckdb_path == settings.duckdb_path == ".ctx/index.duckdb"
+    assert EmbedderResource().api_key_env == settings.embed_api_key_env
+
+
+def test_values_come_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("CTX_HOME", str(tmp_path))
+    monkeypatch.setenv("CTX_CHUNK_TOKENS", "120")
+    monkeypatch.setenv("CTX_HEADER_SOURCE", " Structural ")
+    monkeypatch.setenv("CTX_LLM_BASE_URL", "http://a:8000/v1")  # the singular spelling still works
+    monkeypatch.setenv("CTX_GOLD_FILE", "gold.jsonl")
+    monkeypatch.setenv("CTX_LLM_ALLOW_MIXED_MODELS", "yes")
+    settings = PlatformSettings.from_env()
+    assert settings.chunk_tokens == 120 and settings.header_source == "structural"
+    assert settings.llm_base_urls == "http://a:8000/v1" and settings.gold_path == "gold.jsonl"
+    assert settings.llm_allow_mixed_models is True
+    assert settings.duckdb_path == str(tmp_path / "index.duckdb")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "accepts"),
+    [
+        ("CTX_CHUNK_TOKENS", "abc", "integer"),
+        ("CTX_LLM_MAX_IN_FLIGHT", "-1", ">= 1"),
+        ("CTX_HEADER_SOURCE", "gpt", "auto, openai, structural or none"),
+        ("CTX_GATE_FLOORS", "[1, 2]", "JSON object"),
+        ("CTX_GATE_TOLERANCE", "lots", "0 to 1"),
+        ("CTX_LLM_SAMPLE_METRICS", "maybe", "true or false"),
+    ],
+)
+def test_a_bad_value_names_its_variable(monkeypatch, variable, value, accepts):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as raised:
+        PlatformSettings.from_env()
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"{variable}={value!r} is not valid") and accepts in message
+
+
+def test_every_setting_has_a_variable_and_a_description():
+    for name, field in PlatformSettings.model_fields.items():
+        assert env_names(name) and all(v.isupper() for v in env_names(name)), name
+        assert field.description, name
+
+
+def test_deployment_values_reach_the_code_location_as_env_vars(monkeypatch, tmp_path):
+    monkeypatch.setenv("CTX_LLM_BASE_URLS", "http://replica-1:8000/v1")
+    monkeypatch.setenv("CTX_EMBED_MODEL", "bge-small")
+    settings = PlatformSettings.from_env().model_copy(update={"embed_base_url": "http://emb:9000/v1"})
+    location = build_resources(settings, env_vars=True)
+    # Set by the environment: the variable travels, not its value.
+    assert isinstance(location["headers"].base_urls, dg.EnvVar)
+    assert location["headers"].base_urls.env_var_name == "CTX_LLM_BASE_URLS"
+    assert isinstance(location["embedder"].model, dg.EnvVar)
+    # Set in code: the value itself.
+    assert location["embedder"].base_url == "http://emb:9000/v1"
+    direct = build_resources(settings)
+    assert direct["headers"].base_urls == "http://replica-1:8000/v1"
+    assert direct["headers"].endpoints() == ["http://replica-1:8000/v1"]
