@@ -1,1 +1,3 @@
-"""Evaluation of retrieval quality: gold sets, graders, and (next) the promotion gate."""
+"""Evaluation of retrieval quality: gold sets (`gold/`), rank-aware metrics and graders
+(`ranking_metrics`), header diagnostics (`diagnostics`), the evaluator (`evaluate`), the promotion
+gate (`gate`), and the Dagster assets and checks that run them (`assets`, `resources`, `dashboard`)."""

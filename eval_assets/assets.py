@@ -1,6 +1,8 @@
 """Evaluation assets: `retrieval_eval` (candidate vs production, side by side), the blocking
 `eval_gate` check, `gold_hygiene` and `header_diagnostics` checks, and `promoted_index`."""
 
+# No `from __future__ import annotations` here: Dagster (1.13) cannot resolve a string annotation
+# on an asset's `config` parameter to its Config class.
 import os
 
 import dagster as dg
@@ -14,10 +16,11 @@ from contextual_assets.defs.resources import (
 )
 
 from .dashboard import comparison_table, metric_metadata, regressions_table
+from .diagnostics import header_diagnostics
 from .evaluate import evaluate, save_report, section_diagnostics
 from .gate import decide
-from .gold import load_gold
-from .graders import header_diagnostics, worst_regressions
+from .gold.gold_set import load_gold
+from .ranking_metrics import worst_regressions
 from .resources import EvalGateResource
 
 EVAL_GROUP = "evaluation"

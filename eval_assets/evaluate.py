@@ -13,10 +13,16 @@ from contextual_assets.embedding import Embedder
 from contextual_assets.models import SearchHit
 from contextual_assets.store import ChunkStore
 
-from .gold import GoldSet
-from .hygiene import BROKEN, LIVING, STALE, classify
-from .graders import score_spread, within_section_confusion
-from .metrics import first_gold_rank, ndcg_at_k, pass_at_k, reciprocal_rank
+from .gold.gold_set import GoldSet
+from .gold.hygiene import BROKEN, LIVING, STALE, classify
+from .ranking_metrics import (
+    first_gold_rank,
+    ndcg_at_k,
+    pass_at_k,
+    reciprocal_rank,
+    score_spread,
+    within_section_confusion,
+)
 
 MODES = ("dense", "lexical", "hybrid")
 GRADER_VERSION = "graders-v2"

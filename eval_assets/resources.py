@@ -1,5 +1,7 @@
 """Evaluation settings as a Dagster resource (configured from the environment in definitions)."""
 
+from __future__ import annotations
+
 import json
 
 import dagster as dg

@@ -1,24 +1,29 @@
-"""The `ChunkStore` interface and the SQL both back-ends share.
+"""The `ChunkStore` interface: back-end primitives and the shared SQL for sources, index versions,
+documents and chunks.
 
 SQL is written with `?` placeholders and always parameterized; back-ends translate the
 placeholder style. Dialect-specific parts are DDL, the embedding column and dense search.
+The other concerns are mixins over the same primitives: header cache (header_cache.py),
+aliases (aliases.py), evaluation runs (eval_runs.py) and search (search.py).
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
-import numpy as np
+from ..errors import StaleDocumentError
+from ..models import DocumentRecord, EmbeddedChunk, HeaderedChunk, SourceRecord
+from .aliases import AliasTable
+from .eval_runs import EvalRunTable
+from .header_cache import HeaderCacheTable
+from .primitives import utc_now
+from .search import CorpusSearch, CorpusSnapshot, hit_key
 
-from ..models import DocumentRecord, EmbeddedChunk, HeaderedChunk, SearchHit, SourceRecord
-from .lexical import LexicalIndex, dense_top_k, reciprocal_rank_fusion
+__all__ = ["ChunkStore", "CorpusSnapshot", "hit_key", "utc_now"]
 
 _CHUNK_COLUMNS = (
     "index_version, doc_id, ordinal, source_doc, title, section_path, page_start, page_end, text, "
@@ -26,36 +31,11 @@ _CHUNK_COLUMNS = (
 )
 
 
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-@dataclass
-class CorpusSnapshot:
-    """Every chunk of one index version, in memory, for lexical (and, on DuckDB, dense) search."""
-
-    revision: tuple
-    hits: list[SearchHit]
-    lexical: LexicalIndex
-    matrix: np.ndarray | None = None
-    keys: dict[str, int] = field(default_factory=dict)
-
-
-def hit_key(hit: SearchHit) -> str:
-    return f"{hit.doc_id}\x1f{hit.ordinal}"
-
-
-class ChunkStore(ABC):
+class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, CorpusSearch):
     """Chunks, headers, vectors and index versions; one atomic transaction per document."""
 
     dialect: str = "abstract"
     location: str = ""
-
-    def __init__(self) -> None:
-        # Explicit, per-instance cache: in-memory search corpora keyed by index version,
-        # invalidated by the store revision (document count + last update).
-        self._snapshots: dict[str, CorpusSnapshot] = {}
-        self._snapshot_lock = threading.Lock()
 
     # ---- back-end primitives -------------------------------------------------------------
     @abstractmethod
@@ -78,7 +58,10 @@ class ChunkStore(ABC):
     def close(self) -> None:  # pragma: no cover - trivial
         pass
 
-    # ---- shared SQL ------------------------------------------------------------------------
+    def _sql(self, sql: str) -> str:
+        """The statement in the back-end's placeholder style (`?` here; Postgres overrides)."""
+        return sql
+
     def _exec(self, cursor: Any, sql: str, params: Sequence[Any] = ()) -> None:
         cursor.execute(self._sql(sql), params)
 
@@ -86,11 +69,14 @@ class ChunkStore(ABC):
         cursor.execute(self._sql(sql), params)
         return cursor.fetchall()
 
+    # ---- sources, index versions, documents, chunks ------------------------------------------
     def schema_version(self) -> int:
+        """The highest applied migration (0 before any)."""
         rows = self._query("SELECT coalesce(max(version), 0) FROM ctx_schema_migrations")
         return int(rows[0][0])
 
     def register_source(self, record: SourceRecord) -> None:
+        """Register (or re-register) one source file."""
         self.register_sources([record])
 
     def register_sources(self, records: Sequence[SourceRecord]) -> None:
@@ -114,14 +100,17 @@ class ChunkStore(ABC):
                 )
 
     def get_source(self, doc_id: str) -> SourceRecord | None:
+        """The registered source of a document, or None."""
         rows = self._query("SELECT doc_id, path, file_hash FROM ctx_sources WHERE doc_id = ?", (doc_id,))
         return SourceRecord(doc_id=rows[0][0], path=rows[0][1], file_hash=rows[0][2]) if rows else None
 
     def list_sources(self) -> list[SourceRecord]:
+        """Every registered source, by doc_id."""
         rows = self._query("SELECT doc_id, path, file_hash FROM ctx_sources ORDER BY doc_id")
         return [SourceRecord(doc_id=r[0], path=r[1], file_hash=r[2]) for r in rows]
 
     def register_index_version(self, index_version: str, fingerprint: dict[str, Any]) -> None:
+        """Record an index version and the settings fingerprint it was derived from (idempotent)."""
         with self._transaction() as cur:
             # ON CONFLICT: concurrent first runs of a new version both register it safely.
             self._exec(
@@ -132,6 +121,7 @@ class ChunkStore(ABC):
             )
 
     def index_versions(self) -> list[dict[str, Any]]:
+        """Every index version with its fingerprint and document and chunk counts, oldest first."""
         rows = self._query(
             "SELECT v.index_version, v.fingerprint, v.created_at, "
             "  (SELECT count(*) FROM ctx_documents d WHERE d.index_version = v.index_version), "
@@ -151,8 +141,6 @@ class ChunkStore(ABC):
         With `require_current_source`, the commit happens only if the registered source still exists
         and has the content this run read: a run that lost a race with a newer edit, or whose file
         was deleted meanwhile, commits nothing (and says so) instead of resurrecting stale rows."""
-        from ..errors import StaleDocumentError
-
         with self._transaction() as cur:
             if require_current_source:
                 rows = self._fetch(cur, "SELECT file_hash FROM ctx_sources WHERE doc_id = ?", (document.doc_id,))
@@ -189,6 +177,7 @@ class ChunkStore(ABC):
         return int(count[0][0])
 
     def documents(self, index_version: str | None = None) -> list[DocumentRecord]:
+        """Stored documents, optionally of one index version."""
         sql = ("SELECT doc_id, index_version, source_path, kind, title, file_hash, n_chunks, updated_at "
                "FROM ctx_documents")
         params: tuple = ()
@@ -203,6 +192,7 @@ class ChunkStore(ABC):
         ]
 
     def count_chunks(self, index_version: str | None = None, doc_id: str | None = None) -> int:
+        """Number of stored chunks, optionally for one index version and/or document."""
         clauses, params = [], []
         if index_version is not None:
             clauses.append("index_version = ?")
@@ -214,6 +204,7 @@ class ChunkStore(ABC):
         return int(self._query("SELECT count(*) FROM ctx_chunks" + where, params)[0][0])
 
     def chunks(self, index_version: str, doc_id: str | None = None) -> list[HeaderedChunk]:
+        """Chunks of one index version (optionally one document), by document and ordinal."""
         sql = f"SELECT {_CHUNK_COLUMNS} FROM ctx_chunks WHERE index_version = ?"
         params: list[Any] = [index_version]
         if doc_id is not None:
@@ -231,187 +222,9 @@ class ChunkStore(ABC):
         )
 
     def revision(self, index_version: str) -> tuple:
+        """Document count, last update and chunk total of an index version: changes with any write."""
         rows = self._query(
             "SELECT count(*), max(updated_at), coalesce(sum(n_chunks), 0) FROM ctx_documents WHERE index_version = ?",
             (index_version,),
         )
         return tuple(str(v) for v in rows[0])
-
-    def _sql(self, sql: str) -> str:
-        return sql
-
-    # ---- header cache ----------------------------------------------------------------------
-    def cached_headers(self, keys: Sequence[str]) -> dict[str, str]:
-        """Headers already generated for these cache keys (see headers.cache for the key)."""
-        found: dict[str, str] = {}
-        unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), 500):
-            batch = unique[start : start + 500]
-            placeholders = ", ".join("?" for _ in batch)
-            rows = self._query(f"SELECT cache_key, header FROM ctx_header_cache WHERE cache_key IN ({placeholders})",
-                               batch)
-            found.update({r[0]: r[1] for r in rows})
-        return found
-
-    def cache_headers(self, items: Sequence[tuple[str, str, str]]) -> None:
-        """Store (cache_key, header, model) rows; the latest write of a key wins."""
-        if not items:
-            return
-        with self._transaction() as cur:
-            for key, header, model in dict((i[0], i) for i in items).values():
-                self._exec(cur, "INSERT INTO ctx_header_cache (cache_key, header, model, created_at) VALUES (?, ?, ?, ?) "
-                           "ON CONFLICT (cache_key) DO UPDATE SET header = excluded.header, model = excluded.model, "
-                           "created_at = excluded.created_at", (key, header, model, utc_now()))
-
-    # ---- aliases (promotion with history) ------------------------------------------------------
-    def get_alias(self, name: str) -> str | None:
-        rows = self._query("SELECT index_version FROM ctx_aliases WHERE name = ?", (name,))
-        return rows[0][0] if rows else None
-
-    def _lock_aliases(self, cur: Any) -> None:
-        """Serialize alias changes (Postgres overrides; DuckDB already has one writer)."""
-
-    def _write_alias(self, cur: Any, name: str, version: str, previous: str | None, action: str, reason: str) -> None:
-        seq = self._fetch(cur, "SELECT coalesce(max(seq), 0) + 1 FROM ctx_alias_history WHERE name = ?", (name,))[0][0]
-        self._exec(cur, "DELETE FROM ctx_aliases WHERE name = ?", (name,))
-        self._exec(cur, "INSERT INTO ctx_aliases (name, index_version, updated_at) VALUES (?, ?, ?)",
-                   (name, version, utc_now()))
-        self._exec(cur, "INSERT INTO ctx_alias_history (name, seq, index_version, previous_version, action, reason, changed_at) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?)", (name, int(seq), version, previous, action, reason, utc_now()))
-
-    def set_alias(self, name: str, version: str, reason: str = "", expected: str | None = "<any>") -> str | None:
-        """Point `name` at `version` atomically and record it; returns the version it pointed at before.
-        With `expected`, refuse when the alias no longer points where the caller last saw it."""
-        from ..errors import StoreError
-
-        with self._transaction() as cur:
-            self._lock_aliases(cur)
-            rows = self._fetch(cur, "SELECT index_version FROM ctx_aliases WHERE name = ?", (name,))
-            previous = rows[0][0] if rows else None
-            if expected != "<any>" and previous != expected:
-                raise StoreError(f"alias '{name}' moved to {previous} since the gate compared against {expected}; "
-                                 "evaluate again")
-            self._write_alias(cur, name, version, previous, "promote", reason)
-        return previous
-
-    def rollback_alias(self, name: str, reason: str = "rollback") -> tuple[str, str]:
-        """Point `name` back at the version it held before its last change: (restored, replaced)."""
-        from ..errors import StoreError
-
-        with self._transaction() as cur:
-            self._lock_aliases(cur)
-            rows = self._fetch(cur, "SELECT index_version, previous_version FROM ctx_alias_history WHERE name = ? "
-                                    "ORDER BY seq DESC LIMIT 1", (name,))
-            if not rows or not rows[0][1]:
-                raise StoreError(f"alias '{name}' has no previous version to roll back to")
-            current, previous = rows[0]
-            self._write_alias(cur, name, previous, current, "rollback", reason)
-        return previous, current
-
-    def alias_history(self, name: str) -> list[dict[str, Any]]:
-        rows = self._query("SELECT seq, index_version, previous_version, action, reason, changed_at FROM ctx_alias_history "
-                           "WHERE name = ? ORDER BY seq", (name,))
-        return [{"seq": int(r[0]), "index_version": r[1], "previous_version": r[2], "action": r[3], "reason": r[4],
-                 "at": r[5]} for r in rows]
-
-    # ---- evaluation results ---------------------------------------------------------------------
-    def save_eval_run(self, run: dict[str, Any], tasks: Sequence[dict[str, Any]]) -> None:
-        with self._transaction() as cur:
-            self._exec(cur, "INSERT INTO ctx_eval_runs (run_id, index_version, evaluator_id, evaluator, gold_sha256, "
-                       "created_at, metrics, gate) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (run["run_id"], run["index_version"], run["evaluator_id"], json.dumps(run["evaluator"]),
-                        run["gold_sha256"], utc_now(), json.dumps(run["metrics"]), json.dumps(run.get("gate"))))
-            for t in tasks:
-                self._exec(cur, "INSERT INTO ctx_eval_tasks (run_id, task_id, mode, status, first_rank, pass_at_5, "
-                           "pass_at_10, pass_at_20, reciprocal_rank, ndcg_at_10) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                           (run["run_id"], t["task_id"], t["mode"], t["status"], t["first_rank"], t["pass_at_5"],
-                            t["pass_at_10"], t["pass_at_20"], t["reciprocal_rank"], t["ndcg_at_10"]))
-
-    def set_eval_gate(self, run_id: str, gate: dict[str, Any]) -> None:
-        with self._transaction() as cur:
-            self._exec(cur, "UPDATE ctx_eval_runs SET gate = ? WHERE run_id = ?", (json.dumps(gate), run_id))
-
-    def latest_eval_run(self, index_version: str, evaluator_id: str | None = None) -> dict[str, Any] | None:
-        sql = ("SELECT run_id, index_version, evaluator_id, evaluator, gold_sha256, created_at, metrics, gate "
-               "FROM ctx_eval_runs WHERE index_version = ?")
-        params: list[Any] = [index_version]
-        if evaluator_id is not None:
-            sql += " AND evaluator_id = ?"
-            params.append(evaluator_id)
-        rows = self._query(sql + " ORDER BY created_at DESC, run_id DESC LIMIT 1", params)
-        if not rows:
-            return None
-        r = rows[0]
-        return {"run_id": r[0], "index_version": r[1], "evaluator_id": r[2], "evaluator": json.loads(r[3]),
-                "gold_sha256": r[4], "created_at": r[5], "metrics": json.loads(r[6]),
-                "gate": json.loads(r[7]) if r[7] else None}
-
-    def eval_tasks(self, run_id: str) -> list[dict[str, Any]]:
-        rows = self._query("SELECT task_id, mode, status, first_rank, pass_at_5, pass_at_10, pass_at_20, reciprocal_rank, "
-                           "ndcg_at_10 FROM ctx_eval_tasks WHERE run_id = ? ORDER BY mode, task_id", (run_id,))
-        keys = ("task_id", "mode", "status", "first_rank", "pass_at_5", "pass_at_10", "pass_at_20", "reciprocal_rank",
-                "ndcg_at_10")
-        return [dict(zip(keys, r)) for r in rows]
-
-
-    # ---- search ----------------------------------------------------------------------------
-    def _hit(self, chunk: HeaderedChunk, score: float, index_version: str) -> SearchHit:
-        return SearchHit(
-            doc_id=chunk.doc_id, source_doc=chunk.source_doc, title=chunk.title, ordinal=chunk.ordinal,
-            section_path=chunk.section_path, page_start=chunk.page_start, page_end=chunk.page_end, text=chunk.text,
-            header=chunk.header, score=score, index_version=index_version, external_id=chunk.external_id,
-        )
-
-    def snapshot(self, index_version: str, with_vectors: bool = False) -> CorpusSnapshot:
-        revision = self.revision(index_version)
-        with self._snapshot_lock:
-            cached = self._snapshots.get(index_version)
-            if cached is not None and cached.revision == revision and (cached.matrix is not None or not with_vectors):
-                return cached
-            hits = [self._hit(c, 0.0, index_version) for c in self.chunks(index_version)]
-            lexical = LexicalIndex([f"{h.title}\n{' / '.join(h.section_path)}\n{h.header}\n{h.text}" for h in hits])
-            snap = CorpusSnapshot(revision=revision, hits=hits, lexical=lexical,
-                                  keys={hit_key(h): i for i, h in enumerate(hits)})
-            if with_vectors:
-                snap.matrix = self._load_matrix(index_version, snap)
-            self._snapshots[index_version] = snap
-            return snap
-
-    def _load_matrix(self, index_version: str, snap: CorpusSnapshot) -> np.ndarray:
-        rows = self._embedding_rows(index_version)
-        dim = next((len(v) for _, _, v in rows if v is not None), 0)
-        matrix = np.zeros((len(snap.hits), dim), dtype=np.float32)
-        for doc_id, ordinal, vector in rows:
-            index = snap.keys.get(f"{doc_id}\x1f{ordinal}")
-            if index is not None and vector is not None:
-                matrix[index] = vector
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
-        return matrix / norms
-
-    def search_lexical(self, query: str, index_version: str, k: int = 10) -> list[SearchHit]:
-        snap = self.snapshot(index_version)
-        return [snap.hits[i].model_copy(update={"score": s}) for i, s in snap.lexical.search(query, k)]
-
-    def search_dense(self, vector: Sequence[float], index_version: str, k: int = 10) -> list[SearchHit]:
-        """Exact cosine search over the in-memory matrix; Postgres overrides this with HNSW."""
-        snap = self.snapshot(index_version, with_vectors=True)
-        assert snap.matrix is not None
-        if snap.matrix.shape[0] and snap.matrix.shape[1] != len(vector):
-            from ..errors import StoreError
-
-            raise StoreError(
-                f"query vector has {len(vector)} dimensions but index version {index_version} holds "
-                f"{snap.matrix.shape[1]}-dimensional embeddings (embedder mismatch)"
-            )
-        top = dense_top_k(snap.matrix, np.asarray(vector, dtype=np.float32), k)
-        return [snap.hits[i].model_copy(update={"score": s}) for i, s in top]
-
-    def search_hybrid(self, query: str, vector: Sequence[float], index_version: str, k: int = 10,
-                      candidates: int = 100) -> list[SearchHit]:
-        """Reciprocal-rank fusion of dense and lexical candidate lists."""
-        dense = self.search_dense(vector, index_version, max(k, candidates))
-        lexical = self.search_lexical(query, index_version, max(k, candidates))
-        by_key = {hit_key(h): h for h in lexical + dense}
-        fused = reciprocal_rank_fusion([[hit_key(h) for h in dense], [hit_key(h) for h in lexical]], k)
-        return [by_key[key].model_copy(update={"score": score}) for key, score in fused]

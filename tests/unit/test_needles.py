@@ -12,8 +12,8 @@ from contextual_assets.parsing.chunking import chunk_blocks
 from contextual_assets.parsing import parse_file
 from contextual_assets.samples import write_sample_corpus
 from contextual_assets.parsing.tokens import token_counter
-from eval_assets.gold import normalise
-from eval_assets.needles import STRATA, build_needle_set, section_path_from_notes
+from eval_assets.gold.gold_set import normalise
+from eval_assets.gold.needles import STRATA, build_needle_set, section_path_from_notes
 
 PDFS = ("supply_agreement.pdf", "incident_postmortem.pdf", "employee_handbook.pdf")
 PER_DOCUMENT = 6

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from contextual_assets.models import SearchHit
 
-from .gold import GoldSet, GoldTask, normalise
+from .gold_set import GoldSet, GoldTask, normalise
 
 LIVING, STALE, BROKEN = "living", "stale", "broken"
 

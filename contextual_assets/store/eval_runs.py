@@ -1,0 +1,55 @@
+"""Evaluation results: one row per run (metrics, gate decision) and one per task."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .primitives import StorePrimitives, utc_now
+
+
+class EvalRunTable(StorePrimitives):
+    """`ctx_eval_runs` and `ctx_eval_tasks`."""
+
+    def save_eval_run(self, run: dict[str, Any], tasks: Sequence[dict[str, Any]]) -> None:
+        """Store one evaluation run and its per-task results in one transaction."""
+        with self._transaction() as cur:
+            self._exec(cur, "INSERT INTO ctx_eval_runs (run_id, index_version, evaluator_id, evaluator, gold_sha256, "
+                       "created_at, metrics, gate) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (run["run_id"], run["index_version"], run["evaluator_id"], json.dumps(run["evaluator"]),
+                        run["gold_sha256"], utc_now(), json.dumps(run["metrics"]), json.dumps(run.get("gate"))))
+            for t in tasks:
+                self._exec(cur, "INSERT INTO ctx_eval_tasks (run_id, task_id, mode, status, first_rank, pass_at_5, "
+                           "pass_at_10, pass_at_20, reciprocal_rank, ndcg_at_10) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (run["run_id"], t["task_id"], t["mode"], t["status"], t["first_rank"], t["pass_at_5"],
+                            t["pass_at_10"], t["pass_at_20"], t["reciprocal_rank"], t["ndcg_at_10"]))
+
+    def set_eval_gate(self, run_id: str, gate: dict[str, Any]) -> None:
+        """Record the promotion gate's decision on a stored run."""
+        with self._transaction() as cur:
+            self._exec(cur, "UPDATE ctx_eval_runs SET gate = ? WHERE run_id = ?", (json.dumps(gate), run_id))
+
+    def latest_eval_run(self, index_version: str, evaluator_id: str | None = None) -> dict[str, Any] | None:
+        """The newest run for an index version (optionally of one evaluator), or None."""
+        sql = ("SELECT run_id, index_version, evaluator_id, evaluator, gold_sha256, created_at, metrics, gate "
+               "FROM ctx_eval_runs WHERE index_version = ?")
+        params: list[Any] = [index_version]
+        if evaluator_id is not None:
+            sql += " AND evaluator_id = ?"
+            params.append(evaluator_id)
+        rows = self._query(sql + " ORDER BY created_at DESC, run_id DESC LIMIT 1", params)
+        if not rows:
+            return None
+        r = rows[0]
+        return {"run_id": r[0], "index_version": r[1], "evaluator_id": r[2], "evaluator": json.loads(r[3]),
+                "gold_sha256": r[4], "created_at": r[5], "metrics": json.loads(r[6]),
+                "gate": json.loads(r[7]) if r[7] else None}
+
+    def eval_tasks(self, run_id: str) -> list[dict[str, Any]]:
+        """Per-task results of one run, ordered by mode and task id."""
+        rows = self._query("SELECT task_id, mode, status, first_rank, pass_at_5, pass_at_10, pass_at_20, reciprocal_rank, "
+                           "ndcg_at_10 FROM ctx_eval_tasks WHERE run_id = ? ORDER BY mode, task_id", (run_id,))
+        keys = ("task_id", "mode", "status", "first_rank", "pass_at_5", "pass_at_10", "pass_at_20", "reciprocal_rank",
+                "ndcg_at_10")
+        return [dict(zip(keys, r)) for r in rows]
