@@ -4,9 +4,9 @@ The pool runs on its own event-loop thread. Any thread (a Dagster step, a CLI wo
 requests and gets `concurrent.futures.Future`s back, so documents ingested concurrently share the
 replicas' in-flight caps instead of each bringing its own.
 
-Routing: the replica with the least outstanding work (estimated tokens, divided by weight) among
-those under their in-flight cap and with a closed (or probing) circuit breaker. Failures retry with
-jittered exponential backoff (tenacity) on a replica not yet tried for that request, within a
+Routing (which replica gets a request) is the pure policy in `routing.py`; this module owns the
+event loop, acquire/release under one condition, the HTTP attempts and their errors. Failures retry
+with jittered exponential backoff (tenacity) on a replica not yet tried for that request, within a
 fleet-wide retry budget.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -25,14 +24,11 @@ import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from ..errors import HeaderGenerationError
+from . import routing
 from .breaker import CircuitBreaker
-from .config import FleetConfig, ReplicaConfig
+from .config import FleetConfig
 from .discovery import DEFAULT_DISCOVERY, ModelDiscovery, ResolvedModel
-
-
-# A replica this many times slower (per token) than the fastest healthy one is used only while the
-# queue is long (see HeaderFleet._worth_it).
-SLOW_FACTOR = 2.5
+from .replica import ReplicaState
 
 
 class RetryableFleetError(HeaderGenerationError):
@@ -79,30 +75,6 @@ class FleetResult:
 
 
 @dataclass
-class ReplicaState:
-    config: ReplicaConfig
-    model: str
-    breaker: CircuitBreaker
-    client: Any = None
-    in_flight: int = 0
-    peak_in_flight: int = 0
-    outstanding_tokens: int = 0
-    completed: int = 0
-    failures: int = 0
-    last_error: str = ""
-    seconds_per_token: float | None = None  # moving average of answer latency per token of cost
-
-    @property
-    def url(self) -> str:
-        return self.config.base_url
-
-    def observe(self, latency_s: float, cost: int) -> None:
-        sample = latency_s / max(1, cost)
-        self.seconds_per_token = sample if self.seconds_per_token is None else (
-            0.8 * self.seconds_per_token + 0.2 * sample)
-
-
-@dataclass
 class FleetCounters:
     sent: int = 0
     retries: int = 0
@@ -136,7 +108,7 @@ class HeaderFleet:
         from openai import AsyncOpenAI
 
         self._cond = asyncio.Condition()
-        self._waiting = 0  # requests waiting for a slot
+        self._waiting = 0  # requests waiting for a slot (the routing policy's queue length)
         states = []
         for replica in self.config.replicas:
             served = self.resolved.per_endpoint.get(replica.base_url)
@@ -210,37 +182,11 @@ class HeaderFleet:
                 f"{label}: every replica has been failing for over {self.config.unavailable_timeout_s:.0f} s ({detail})"
             )
 
-    def _pick(self, tried: set[str], cost: int = 1) -> ReplicaState | None:
-        available = [s for s in self.replicas if s.in_flight < s.config.max_in_flight and s.breaker.allow()]
-        if not available:
-            return None
-        fresh = [s for s in available if s.url not in tried]
-        if not fresh and any(s.url not in tried and s.breaker.state == "closed" for s in self.replicas):
-            return None  # a healthy replica this request has not failed on is only busy: wait for it
-        pool = [s for s in (fresh or available) if self._worth_it(s, cost)]
-        if not pool:
-            return None  # only much slower replicas are free: a fast slot comes sooner
-        return min(pool, key=lambda s: ((s.outstanding_tokens + 1) / s.config.weight, s.in_flight, random.random()))
-
-    def _worth_it(self, state: ReplicaState, cost: int) -> bool:
-        """Shortest expected completion: a replica much slower than the fastest healthy one gets a
-        request only while the queue is long enough that waiting for a fast slot would take longer
-        (so a slow replica adds capacity mid-run but never holds the last answers of a run)."""
-        known = [s for s in self.replicas if s.seconds_per_token is not None and s.breaker.state == "closed"]
-        if state.seconds_per_token is None or not known:
-            return True
-        fastest = min(s.seconds_per_token for s in known)
-        if state.seconds_per_token <= SLOW_FACTOR * fastest:
-            return True
-        fast = [s for s in known if s.seconds_per_token <= SLOW_FACTOR * fastest]
-        rate = sum(s.config.max_in_flight / (s.seconds_per_token * cost) for s in fast)  # answers per second
-        return state.seconds_per_token * cost <= self._waiting / rate + fastest * cost
-
     async def _acquire(self, request: FleetRequest, tried: set[str]) -> ReplicaState:
         cost = request.est_prompt_tokens + request.max_tokens
         async with self._cond:
             while True:
-                state = self._pick(tried, cost)
+                state = routing.pick_replica(self.replicas, tried, cost, self._waiting)
                 if state is None:
                     # Only when nothing can take the request: a half-open replica still gets its probe.
                     self._update_down()
