@@ -87,11 +87,7 @@ class HeaderFleet:
     def __init__(self, config: FleetConfig, discovery: ModelDiscovery | None = None):
         self.config = config
         self.discovery = discovery or DEFAULT_DISCOVERY
-        endpoints = {r.base_url: config.api_key_for(r) for r in config.replicas}
-        self.resolved: ResolvedModel = self.discovery.resolve(
-            endpoints, pin=config.model, allow_mixed=config.allow_mixed_models, context_limit=config.context_limit,
-            ttl_s=config.discovery_ttl_s,
-        )
+        self.resolved: ResolvedModel = self.discovery.resolve_fleet(config)
         self.counters = FleetCounters()
         self.down_since: float | None = None  # since when no replica has had a closed breaker
         self._loop = asyncio.new_event_loop()
