@@ -1,0 +1,30 @@
+"""What `pip install .` puts into site-packages: the two product packages and their data, nothing else."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+
+from tests.support import REPO_ROOT
+
+
+def test_wheel_holds_the_product_packages_and_their_data_only(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, source / name)
+    for package in ("contextual_assets", "eval_assets", "bench", "tests"):
+        shutil.copytree(REPO_ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                             str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert top_level == {"contextual_assets", "eval_assets"}
+    for data in ("contextual_assets/prompts/header_v1.txt", "contextual_assets/samples/gold.jsonl",
+                 "contextual_assets/samples/corpus/rate_limiter.py", "contextual_assets/samples/corpus/release_notes.txt",
+                 "contextual_assets/samples/pdfs/01_supply_agreement.yaml"):
+        assert data in names, data
