@@ -9,8 +9,9 @@ Policy, in order:
 2. A retry goes to a replica the request has not tried yet. If every candidate was tried but an
    untried replica with a closed breaker exists (it is merely busy), wait for it rather than send
    the request back to a replica it just failed on.
-3. Shortest expected completion: a replica much slower than the fastest healthy one is used only
-   while the queue is long enough that waiting for a fast slot would take longer.
+3. Shortest expected completion: a replica much slower than the fastest healthy one this request may
+   still use is used only while the queue is long enough that waiting for a fast slot would take
+   longer.
 4. Least outstanding work: estimated outstanding tokens / weight, then in-flight count, then a
    random tiebreak so equal replicas share the load.
 """
@@ -46,7 +47,11 @@ def pick_replica(
     fresh = [s for s in available if s.url not in tried]
     if not fresh and any(s.url not in tried and s.breaker.state == "closed" for s in replicas):
         return None  # a healthy replica this request has not failed on is only busy: wait for it
-    pool = [s for s in (fresh or available) if worth_it(s, replicas, cost, waiting)]
+    # Speeds are compared among the replicas this request may still go to: holding it back for a
+    # fast replica it already failed on would wait for a slot it never takes (a livelock once the
+    # fleet is idle, since a replica that gets nothing is never re-measured).
+    eligible = [s for s in replicas if s.url not in tried] if fresh else replicas
+    pool = [s for s in (fresh or available) if worth_it(s, eligible, cost, waiting)]
     if not pool:
         return None  # only much slower replicas are free: a fast slot comes sooner
     return min(pool, key=lambda s: ((s.outstanding_tokens + 1) / s.config.weight, s.in_flight, rand()))

@@ -145,6 +145,19 @@ def test_slow_replica_admitted_while_the_queue_is_long():
     assert names(pick([fast, slow], waiting=500)) == ["slow"]
 
 
+def test_a_retry_never_waits_for_a_fast_replica_it_has_already_failed_on():
+    """The livelock behind a hung run: requests that failed on the fast replica may only go to the
+    untried slow one; holding them back for a fast slot they will never take waited forever with the
+    whole fleet idle (its speed is never re-measured while it gets nothing)."""
+    fast, slow = slow_fleet()
+    fast.in_flight = 0
+    assert names(pick([fast, slow], tried={fast.url}, waiting=14)) == ["slow"]
+    assert names(pick([fast, slow], tried={fast.url}, waiting=0)) == ["slow"]
+    # While the request may still use the fast replica, the slow one waits as before.
+    fast.in_flight = fast.config.max_in_flight
+    assert pick([fast, slow], waiting=0) is None
+
+
 def test_a_replica_within_the_slow_factor_is_always_admitted():
     fast = replica("fast", cap=2, in_flight=2, spt=0.001)
     near = replica("near", spt=0.001 * SLOW_FACTOR)
