@@ -2,13 +2,13 @@
 fleet simulator with injected faults, each scenario checked for lost chunks, duplicates, partial
 documents and LLM calls re-spent.
 
-    .venv/bin/python -m bench.faults --json bench/out/faults.json [--only NAME[,NAME]] [--keep]
+    python -m bench.faults --json bench/out/faults.json [--only NAME[,NAME]] [--keep]
 
 Scenarios (names for --only): replica_killed, all_replicas_down, errors_5xx, slow_replica,
 malformed, worker_sigkill, concurrent_runs_duckdb, concurrent_runs_postgres, same_document_twice,
 postgres_restart.
 
-Everything is real except the LLM fleet (bench/fleet_sim.py): the ingest is the `ctx` command line,
+Everything is real except the LLM fleet (bench/sim/fleet.py): the ingest is the `ctx` command line,
 Dagster runs in its own DAGSTER_HOME, the store is DuckDB or Postgres (pgserver). Columns:
 
 * chunks_expected: chunks of the documents the scenario expects to be committed at the end;
@@ -36,37 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.corpora import CHUNK_TOKENS, expected_chunks, write_corpus
+from bench.sim import FaultConfig, FleetSimulator, ReplicaSpec, SimFleet
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CHUNK_TOKENS = 60
 # A header the simulator writes (header_sentence); every malformed answer mode breaks this shape.
 SIM_HEADER = re.compile(r"^This passage \(ref [0-9a-f]{6}\) covers [^<>{}]{0,200}\.$")
-
-
-# ---------------------------------------------------------------- corpus
-
-def write_corpus(folder: Path, n_docs: int, tag: str = "", first: int = 0) -> None:
-    """n_docs Markdown manuals of 5-15 chunks (at CHUNK_TOKENS), all chunk texts distinct."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for d in range(first, first + n_docs):
-        sections = []
-        for s in range(3 + d % 3):
-            sentences = " ".join(
-                f"Depot {tag}{d}-{s}-{n} ships {d * 31 + s * 7 + n} crates of valve parts to station {n} every week."
-                for n in range(6)
-            )
-            sections.append(f"## Part {s + 1}\n\n{sentences}\n")
-        (folder / f"manual_{tag}{d}.md").write_text(f"# Manual {tag}{d}\n\n" + "\n".join(sections))
-
-
-def expected_chunks(folder: Path) -> dict[str, int]:
-    """{partition key: chunk count}, keyed as `ctx ingest FOLDER` keys them."""
-    from contextual_assets.ingest.parse import parse_document
-    from contextual_assets.parsing.tokens import token_counter
-
-    counter = token_counter()
-    return {f"{folder.name}/{p.name}": len(parse_document("x", p, counter, chunk_tokens=CHUNK_TOKENS,
-                                                          max_bytes=10**8, max_pdf_pages=10).chunks)
-            for p in sorted(folder.iterdir())}
 
 
 # ---------------------------------------------------------------- fleet
@@ -78,8 +53,6 @@ class Fleet:
 
     def __init__(self, workdir: Path, speeds: list[float], time_scale: float, faults: dict | None = None,
                  max_num_seqs: int = 64):
-        from bench.fleet_sim import FaultConfig, FleetSimulator, ReplicaSpec
-
         faults = faults or {}
         specs = [ReplicaSpec(speed=speed, max_num_seqs=max_num_seqs, faults=FaultConfig(**faults.get(i, {})))
                  for i, speed in enumerate(speeds)]
@@ -110,32 +83,6 @@ class Fleet:
         data = {"replicas": [{"base_url": u, "max_in_flight": max_in_flight} for u in self.base_urls], **fleet}
         path.write_text(yaml.safe_dump(data))
         return path
-
-class StandaloneFleet:
-    """The simulator in its own process (off this process's GIL), for the floor measurement."""
-
-    def __init__(self, workdir: Path, speeds: list[float], time_scale: float, max_num_seqs: int = 64):
-        port_file = workdir / f"sim-{time.monotonic_ns()}.json"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.fleet_sim", "--speeds", ",".join(map(str, speeds)),
-             "--max-num-seqs", str(max_num_seqs), "--time-scale", str(time_scale), "--port-file", str(port_file)],
-            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while not port_file.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                raise RuntimeError("the fleet simulator did not start")
-            time.sleep(0.1)
-        self.base_urls: list[str] = json.loads(port_file.read_text())["base_urls"]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 # ---------------------------------------------------------------- ctx ingest
@@ -467,7 +414,8 @@ def _floor(workdir: Path, docs: Path, time_scale: float, cap: int) -> float:
 
     counter = token_counter()
     settings = PlatformSettings()
-    fleet_sim = StandaloneFleet(workdir, [1, 1, 1], time_scale=time_scale)
+    # The simulator in its own process (off this process's GIL), for the floor measurement.
+    fleet_sim = SimFleet.start(workdir, time_scale, speeds=[1, 1, 1], max_num_seqs=64)
     client = HeaderFleet(FleetConfig(replicas=[ReplicaConfig(base_url=u, max_in_flight=cap)
                                                for u in fleet_sim.base_urls]), discovery=ModelDiscovery())
     try:

@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 
 from bench.report import write_json
-
-from bench.fleet_sim import FleetSimulator, ReplicaSpec
+from bench.sim import FleetSimulator, ReplicaSpec
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
 from contextual_assets.fleet.discovery import ModelDiscovery
 from contextual_assets.fleet.pool import FleetRequest, HeaderFleet

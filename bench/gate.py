@@ -16,7 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from bench.degrade import derive_version
+from bench.corpora import derive_version
 from bench.report import write_json
 from contextual_assets.defs.definitions import build_definitions, build_resources
 from contextual_assets.app.ingest_runs import ingest_partitions, register_sources

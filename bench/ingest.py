@@ -27,16 +27,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from bench.report import write_json
+from bench.sim import SimFleet
 
 SPEEDS = (1.0, 1.0, 0.775, 0.775)
 CAP = 16
@@ -142,38 +139,11 @@ WORKLOADS = {"seed": build_seed, "codebase": build_codebase, "small": build_smal
 
 # ---- the simulated fleet, one cold process per measurement -----------------------------------------
 
-@dataclass
-class SimFleet:
-    proc: subprocess.Popen
-    base_urls: list[str]
-    admin_urls: list[str]
-
-    @classmethod
-    def start(cls, workdir: Path, time_scale: float) -> SimFleet:
-        port_file = workdir / f"sim-{time.monotonic_ns()}.json"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.fleet_sim", "--speeds", ",".join(map(str, SPEEDS)),
-             "--max-num-seqs", str(CAP), "--time-scale", str(time_scale), "--port-file", str(port_file)],
-            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while not port_file.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise SystemExit("the fleet simulator did not start")
-            time.sleep(0.1)
-        info = json.loads(port_file.read_text())
-        return cls(proc=proc, base_urls=info["base_urls"], admin_urls=info["admin_urls"])
-
-    def stats(self) -> list[dict]:
-        return [httpx.get(f"{url}/stats", timeout=10).json() for url in self.admin_urls]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+def start_fleet(workdir: Path, time_scale: float) -> SimFleet:
+    try:
+        return SimFleet.start(workdir, time_scale, speeds=SPEEDS, max_num_seqs=CAP)
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from exc
 
 
 def fleet_figures(sim: SimFleet, timeline) -> dict:
@@ -276,7 +246,7 @@ def run_floor(workdir: Path, time_scale: float, docs, counter, settings) -> dict
     from contextual_assets.headers.budget import fit_prompt
     from contextual_assets.headers.context import header_requests
 
-    sim = SimFleet.start(workdir, time_scale)
+    sim = start_fleet(workdir, time_scale)
     fleet = header_fleet(sim.base_urls)
     try:
         source = header_source(fleet, counter)
@@ -322,7 +292,7 @@ def run_legacy(workdir: Path, time_scale: float, docs, counter, settings) -> dic
     store = open_store(None, workdir / f"legacy-{time.monotonic_ns()}.duckdb")
     embedder = SentenceTransformerEmbedder()
     embedder.warm()
-    sim = SimFleet.start(workdir, time_scale)
+    sim = start_fleet(workdir, time_scale)
     fleet = header_fleet(sim.base_urls)
     try:
         source = header_source(fleet, counter, store=store)
@@ -358,7 +328,7 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     import dagster as dg
     from dagster._core.events import DagsterEventType
 
-    from bench.deployment import DagsterDeployment, deployment_env, seed_dagster_home
+    from bench.sim.deployment import DagsterDeployment, deployment_env, seed_dagster_home
     from contextual_assets.fleet.vllm_metrics import MetricsSampler
     from contextual_assets.ingest.inbox import file_sha256
     from contextual_assets.models import SourceRecord
@@ -368,7 +338,7 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     root = workdir / f"platform-{time.monotonic_ns()}"
     home = seed_dagster_home(root / "dagster_home")
     duckdb_path = root / "index.duckdb"
-    sim = SimFleet.start(workdir, time_scale)
+    sim = start_fleet(workdir, time_scale)
     env = deployment_env(home, CTX_HOME=str(root / ".ctx"), CTX_INBOX=str(root / "inbox"),
                          CTX_DUCKDB_PATH=str(duckdb_path), CTX_HEADER_SOURCE="openai",
                          CTX_LLM_BASE_URLS=",".join(sim.base_urls), CTX_LLM_MAX_IN_FLIGHT=str(CAP),
@@ -576,10 +546,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sensor tick over {len(paths)} new files: {summary['sensor_tick']['tick_s']} s, "
                   f"{summary['sensor_tick']['run_requests']} run request(s); per-document overhead "
                   f"{summary.get('per_document_overhead_s')} s")
+        from contextual_assets.settings import PlatformSettings
+
         result = {
             "workload": args.workload, "documents": len(paths), "chunks": sum(len(d.chunks) for d in docs),
             "embed_s": round(embed_s, 2), "time_scale": time_scale, "speeds": list(SPEEDS), "cap": CAP,
-            "partitions_per_run": int(os.environ.get("CTX_PARTITIONS_PER_RUN", "200")),
+            "partitions_per_run": PlatformSettings.from_env().partitions_per_run,
             "machine": f"{os.cpu_count()} cores", "rounds": rounds, **summary,
         }
         write_json(args.json, result)

@@ -1,5 +1,5 @@
 """Two published behaviours of header generation on a vLLM-like fleet (the simulator in
-bench/fleet_sim.py), measured side by side:
+bench/sim/fleet.py), measured side by side:
 
 1. **Prefix windows.** Grouping W neighbouring chunks behind one byte-identical shared prefix (their
    joint surrounding context) raises the prefix-cache hit rate with W, and makes wall time worse:
@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 
 from bench.report import write_json
-
-from bench.fleet_sim import FleetSimulator, ReplicaSpec
+from bench.sim import FleetSimulator, ReplicaSpec
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
 from contextual_assets.fleet.discovery import ModelDiscovery
 from contextual_assets.fleet.vllm_metrics import MetricsSampler

@@ -33,7 +33,7 @@ def run(dataset: Path, gold_path: Path, headers: str, workdir: Path, llm_base_ur
     from contextual_assets.settings import PlatformSettings
     from contextual_assets.defs.resources import current_index_version
     from eval_assets.evaluate import evaluate
-    from eval_assets.gold import load_gold
+    from eval_assets.gold.gold_set import load_gold
 
     corpus = dataset / "codebase_chunks.json" if dataset.is_dir() else dataset
     settings = PlatformSettings.from_env().model_copy(update={

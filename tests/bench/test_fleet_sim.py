@@ -1,4 +1,4 @@
-"""The vLLM-like fleet simulator (bench/fleet_sim.py): real HTTP over loopback with httpx.
+"""The vLLM-like fleet simulator (bench/sim/fleet.py): real HTTP over loopback with httpx.
 
 Timing claims are asserted on the simulator's own accounting (simulated busy seconds), with only
 loose wall-clock checks, so the tests hold on a loaded 2-core machine.
@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.fleet_sim import FleetSimulator, ReplicaSpec
+from bench.sim import FleetSimulator, ReplicaSpec
 from tests.support import REPO_ROOT
 
 
@@ -389,7 +389,7 @@ def test_malformed_modes_and_batch_json(client):
 def test_standalone_process_writes_port_file(tmp_path, client):
     port_file = tmp_path / "fleet.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.fleet_sim", "--replicas", "2", "--speeds", "1,0.775",
+        [sys.executable, "-m", "bench.sim", "--replicas", "2", "--speeds", "1,0.775",
          "--time-scale", "0.05", "--port-file", str(port_file), "--faults", '{"1": {"error_rate": 1.0}}'],
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -9,11 +9,11 @@ import json
 import dagster as dg
 import pytest
 
-from bench.degrade import derive_version
+from bench.corpora import derive_version
 from contextual_assets.defs.definitions import build_definitions, build_resources
 from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
 from eval_assets.evaluate import evaluate
-from eval_assets.gold import Evidence, GoldTask, load_gold, write_gold
+from eval_assets.gold.gold_set import Evidence, GoldTask, load_gold, write_gold
 
 SPANS = [
     ("liquidated damages per business day for a late milestone", "0.5 percent of the Milestone Fee for each Business Day of delay", "supply_agreement.pdf"),
@@ -139,7 +139,7 @@ def test_evaluation_is_deterministic(world):
 
 
 def test_needle_set_is_ingested_and_graded(world, samples_dir, tmp_path):
-    from eval_assets.needles import build_needle_set
+    from eval_assets.gold.needles import build_needle_set
 
     copies, tasks = build_needle_set([samples_dir / n for n in ("supply_agreement.pdf", "employee_handbook.pdf")],
                                      tmp_path / "needles", per_document=6, seed=3,

@@ -1,7 +1,7 @@
 """Pipelined ingest keeps per-document atomicity: the process executing a run over many document
 partitions is killed (SIGKILL) while documents are in every stage; the store then holds only whole
 documents, exactly those the event log says were materialized, and a re-run completes without
-asking the fleet again for headers of committed documents. The fleet is the simulator (bench/)
+asking the fleet again for headers of committed documents. The fleet is the simulator (bench/sim/)
 because no GPU is here; everything else is real: `ctx ingest`, Dagster, DuckDB or Postgres."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.faults import CHUNK_TOKENS, expected_chunks, write_corpus
-from bench.ingest import SimFleet
+from bench.corpora import CHUNK_TOKENS, expected_chunks, write_corpus
+from bench.sim import SimFleet
 from tests.support import REPO_ROOT
 
 DOCUMENTS = 8

@@ -24,7 +24,7 @@ import dagster as dg
 import httpx
 import pytest
 
-from bench.fleet_sim import FleetSimulator
+from bench.sim import FleetSimulator
 from contextual_assets.defs.definitions import build_definitions, build_resources
 from contextual_assets.errors import DocumentError
 from contextual_assets.ingest.document_keys import key_for_path, partition_key_for

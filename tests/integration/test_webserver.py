@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.deployment import (
+from bench.sim.deployment import (
     BACKFILL_DONE_OK,
     INGEST_ASSETS,
     DagsterDeployment,

@@ -10,14 +10,16 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BIN = REPO_ROOT / ".venv" / "bin"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# dagster-webserver / dagster-daemon of the environment running this code, wherever it lives.
+BIN = Path(sys.executable).parent
 WORKSPACE = REPO_ROOT / "workspace.yaml"
 INGEST_ASSETS = ["parsed_chunks", "chunk_headers", "chunk_embeddings"]
 

@@ -99,7 +99,7 @@ run the simulator standalone when the client's own CPU matters.
 
 Standalone (keeps the simulator off a client's GIL)::
 
-    python -m bench.fleet_sim --replicas 4 --speeds 1,1,0.775,0.775 --time-scale 0.2 --port-file OUT.json
+    python -m bench.sim --replicas 4 --speeds 1,1,0.775,0.775 --time-scale 0.2 --port-file OUT.json
 
 writes ``{"base_urls": [...], "admin_urls": [...], "pid": ...}`` atomically, then serves until
 SIGTERM / SIGINT.
@@ -119,7 +119,6 @@ import random
 import re
 import signal
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -980,7 +979,7 @@ class FleetSimulator:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.fleet_sim", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.sim", description=__doc__.split("\n")[0])
     parser.add_argument("--replicas", type=int, default=None)
     parser.add_argument("--speeds", default="1", help="comma-separated speed per replica (one value: all)")
     parser.add_argument("--time-scale", type=float, default=1.0)
@@ -1027,6 +1026,3 @@ def main(argv: list[str] | None = None) -> int:
         fleet.stop()
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

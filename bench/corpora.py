@@ -1,0 +1,96 @@
+"""Corpora that tests and benchmarks share: small Markdown manuals with their expected chunk counts
+(the fault bench and the atomicity test), and index versions derived from an existing one with its
+chunks degraded (the gate benchmark and test). Not part of the product path."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from contextual_assets.embedding import Embedder
+    from contextual_assets.models import HeaderedChunk
+    from contextual_assets.store import ChunkStore
+
+CHUNK_TOKENS = 60
+
+
+# ---------------------------------------------------------------- Markdown manuals
+
+def write_corpus(folder: Path, n_docs: int, tag: str = "", first: int = 0) -> None:
+    """n_docs Markdown manuals of 5-15 chunks (at CHUNK_TOKENS), all chunk texts distinct."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for d in range(first, first + n_docs):
+        sections = []
+        for s in range(3 + d % 3):
+            sentences = " ".join(
+                f"Depot {tag}{d}-{s}-{n} ships {d * 31 + s * 7 + n} crates of valve parts to station {n} every week."
+                for n in range(6)
+            )
+            sections.append(f"## Part {s + 1}\n\n{sentences}\n")
+        (folder / f"manual_{tag}{d}.md").write_text(f"# Manual {tag}{d}\n\n" + "\n".join(sections))
+
+
+def expected_chunks(folder: Path) -> dict[str, int]:
+    """{partition key: chunk count}, keyed as `ctx ingest FOLDER` keys them."""
+    from contextual_assets.ingest.parse import parse_document
+    from contextual_assets.parsing.tokens import token_counter
+
+    counter = token_counter()
+    return {f"{folder.name}/{p.name}": len(parse_document("x", p, counter, chunk_tokens=CHUNK_TOKENS,
+                                                          max_bytes=10**8, max_pdf_pages=10).chunks)
+            for p in sorted(folder.iterdir())}
+
+
+# ---------------------------------------------------------------- derived (degraded) index versions
+# A copy of an existing version with its chunks transformed (headers swapped between chunks, chunks
+# truncated to their first line, or unchanged), re-embedded and committed under a new index version.
+
+Transform = Callable[["list[HeaderedChunk]"], "list[HeaderedChunk]"]
+
+
+def unchanged(chunks: list[HeaderedChunk]) -> list[HeaderedChunk]:
+    return chunks
+
+
+def swap_headers(chunks: list[HeaderedChunk]) -> list[HeaderedChunk]:
+    """Each chunk gets the header of the chunk that follows it in its document (rotated)."""
+    if len(chunks) < 2:
+        return chunks
+    headers = [c.header for c in chunks]
+    return [c.model_copy(update={"header": headers[(i + 1) % len(chunks)]}) for i, c in enumerate(chunks)]
+
+
+def truncate_to_first_line(chunks: list[HeaderedChunk]) -> list[HeaderedChunk]:
+    from contextual_assets.models import content_hash
+
+    out = []
+    for chunk in chunks:
+        text = next((line for line in chunk.text.splitlines() if line.strip()), chunk.text)
+        out.append(chunk.model_copy(update={"text": text, "content_hash": content_hash(text)}))
+    return out
+
+
+TRANSFORMS: dict[str, Transform] = {"unchanged": unchanged, "swap_headers": swap_headers,
+                                    "truncate_first_line": truncate_to_first_line}
+
+
+def derive_version(store: ChunkStore, embedder: Embedder, source_version: str, transform: str) -> str:
+    from contextual_assets.embedding import embed_chunks
+    from contextual_assets.index_version import index_version_of
+
+    fingerprint = next(v["fingerprint"] for v in store.index_versions() if v["index_version"] == source_version)
+    derived = {**fingerprint, "derived_from": source_version, "transform": transform}
+    version = index_version_of(derived)
+    store.register_index_version(version, derived)
+    by_doc: dict[str, list[HeaderedChunk]] = defaultdict(list)
+    for chunk in store.chunks(source_version):
+        by_doc[chunk.doc_id].append(chunk)
+    documents = {d.doc_id: d for d in store.documents(source_version)}
+    for doc_id, chunks in by_doc.items():
+        embedded = embed_chunks(TRANSFORMS[transform](chunks), embedder)
+        record = documents[doc_id].model_copy(update={"index_version": version, "n_chunks": len(embedded)})
+        store.replace_document(record, embedded)
+    return version

@@ -1,0 +1,55 @@
+"""The fleet simulator in its own process (off the client's GIL): `python -m bench.sim` started
+with a port file, its replicas reached over loopback, its accounting read from the admin endpoints."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# The throughput benchmark's fleet (bench.ingest): 4 replicas, two of them 29 % slower, 16 slots each.
+DEFAULT_SPEEDS = (1.0, 1.0, 0.775, 0.775)
+DEFAULT_MAX_NUM_SEQS = 16
+
+
+@dataclass
+class SimFleet:
+    proc: subprocess.Popen
+    base_urls: list[str]
+    admin_urls: list[str]
+
+    @classmethod
+    def start(cls, workdir: Path, time_scale: float, speeds: tuple[float, ...] | list[float] = DEFAULT_SPEEDS,
+              max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> SimFleet:
+        """A cold simulator process; its port file is written under `workdir`."""
+        port_file = workdir / f"sim-{time.monotonic_ns()}.json"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.sim", "--speeds", ",".join(map(str, speeds)),
+             "--max-num-seqs", str(max_num_seqs), "--time-scale", str(time_scale), "--port-file", str(port_file)],
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("the fleet simulator did not start")
+            time.sleep(0.1)
+        info = json.loads(port_file.read_text())
+        return cls(proc=proc, base_urls=info["base_urls"], admin_urls=info["admin_urls"])
+
+    def stats(self) -> list[dict]:
+        return [httpx.get(f"{url}/stats", timeout=10).json() for url in self.admin_urls]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
