@@ -93,3 +93,11 @@ def test_deployment_values_reach_the_code_location_as_env_vars(monkeypatch, tmp_
     direct = build_resources(settings)
     assert direct["headers"].base_urls == "http://replica-1:8000/v1"
     assert direct["headers"].endpoints() == ["http://replica-1:8000/v1"]
+
+
+def test_the_readme_lists_every_variable():
+    from tests.support import REPO_ROOT
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    missing = [env_names(name)[0] for name in PlatformSettings.model_fields if f"`{env_names(name)[0]}`" not in readme]
+    assert not missing, f"README's settings table lacks {missing}"
