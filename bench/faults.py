@@ -405,12 +405,12 @@ def _floor(workdir: Path, docs: Path, time_scale: float, cap: int) -> float:
     from contextual_assets.fleet.discovery import ModelDiscovery
     from contextual_assets.fleet.pool import HeaderFleet
     from contextual_assets.headers.budget import fit_prompt
+    from contextual_assets.headers.context import header_requests
     from contextual_assets.headers.openai_source import OpenAIHeaderSource
     from contextual_assets.headers.prompt import DEFAULT_PROMPT, load_prompt
-    from contextual_assets.headers.context import header_requests
     from contextual_assets.ingest.parse import parse_document
-    from contextual_assets.settings import PlatformSettings
     from contextual_assets.parsing.tokens import token_counter
+    from contextual_assets.settings import PlatformSettings
 
     counter = token_counter()
     settings = PlatformSettings()

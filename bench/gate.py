@@ -18,8 +18,8 @@ import dagster as dg
 
 from bench.corpora import derive_version
 from bench.report import write_json
-from contextual_assets.defs.definitions import build_definitions, build_resources
 from contextual_assets.app.ingest_runs import ingest_partitions, register_sources
+from contextual_assets.defs.definitions import build_definitions, build_resources
 from contextual_assets.settings import PlatformSettings
 
 CANDIDATES = ("good", "swap_headers", "truncate_first_line")

@@ -201,8 +201,8 @@ def idle_seconds(rows: list[dict], capacity: int) -> dict:
 def corpus_chunks(paths: list[Path]):
     from contextual_assets.ingest.document_keys import partition_key_for
     from contextual_assets.ingest.parse import parse_document
-    from contextual_assets.settings import PlatformSettings
     from contextual_assets.parsing.tokens import token_counter
+    from contextual_assets.settings import PlatformSettings
 
     settings = PlatformSettings()
     counter = token_counter()
@@ -280,13 +280,11 @@ def calibrate(workdir: Path, docs, counter, settings, embed_s: float, probe_scal
 
 
 def run_legacy(workdir: Path, time_scale: float, docs, counter, settings) -> dict:
-    from contextual_assets.embedding import SentenceTransformerEmbedder
+    from contextual_assets.embedding import SentenceTransformerEmbedder, embed_chunks
     from contextual_assets.fleet.vllm_metrics import MetricsSampler
-    from contextual_assets.index_version import index_fingerprint, index_version_of
-    from contextual_assets.models import DocumentRecord, SourceRecord
-    from contextual_assets.embedding import embed_chunks
     from contextual_assets.headers.context import header_requests
-    from contextual_assets.models import HeaderedChunk
+    from contextual_assets.index_version import index_fingerprint, index_version_of
+    from contextual_assets.models import DocumentRecord, HeaderedChunk, SourceRecord
     from contextual_assets.store import open_store
 
     store = open_store(None, workdir / f"legacy-{time.monotonic_ns()}.duckdb")
@@ -328,11 +326,15 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     import dagster as dg
     from dagster._core.events import DagsterEventType
 
-    from bench.sim.deployment import DagsterDeployment, deployment_env, seed_dagster_home
+    from bench.sim.deployment import (
+        DagsterDeployment,
+        deployment_env,
+        seed_dagster_home,
+    )
     from contextual_assets.fleet.vllm_metrics import MetricsSampler
+    from contextual_assets.ingest.document_keys import partition_key_for
     from contextual_assets.ingest.inbox import file_sha256
     from contextual_assets.models import SourceRecord
-    from contextual_assets.ingest.document_keys import partition_key_for
     from contextual_assets.store import open_store
 
     root = workdir / f"platform-{time.monotonic_ns()}"

@@ -72,8 +72,8 @@ def run_sensor(n_docs: int, workdir: Path) -> dict:
     import dagster as dg
 
     from contextual_assets.defs.definitions import build_definitions, build_resources
-    from contextual_assets.ingest.inbox import InboxState, scan_inbox
     from contextual_assets.defs.resources import clear_store_cache
+    from contextual_assets.ingest.inbox import InboxState, scan_inbox
     from contextual_assets.settings import PlatformSettings
 
     inbox = workdir / "inbox"

@@ -28,10 +28,10 @@ REFERENCE = {
 def run(dataset: Path, gold_path: Path, headers: str, workdir: Path, llm_base_urls: str = "") -> dict:
     import dagster as dg
 
-    from contextual_assets.defs.definitions import build_definitions, build_resources
     from contextual_assets.app.ingest_runs import ingest_partitions, register_sources
-    from contextual_assets.settings import PlatformSettings
+    from contextual_assets.defs.definitions import build_definitions, build_resources
     from contextual_assets.defs.resources import current_index_version
+    from contextual_assets.settings import PlatformSettings
     from eval_assets.evaluate import evaluate
     from eval_assets.gold.gold_set import load_gold
 

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from contextual_assets.parsing.chunking import CHUNKER_VERSION
+
 from .embedding import TEXT_LAYOUT_VERSION
 
 

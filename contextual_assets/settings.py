@@ -10,15 +10,22 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
 
 ENV_PREFIX = "CTX_"
+HEADER_SOURCES = ("auto", "openai", "structural", "none")
 
 
 class PlatformSettings(BaseSettings):
@@ -30,8 +37,7 @@ class PlatformSettings(BaseSettings):
     database_url: str = Field("", validation_alias="DATABASE_URL",
                               description="a postgresql:// URL (empty: the embedded DuckDB file)")
     duckdb_path: str = Field("", description="a file path (empty: <CTX_HOME>/index.duckdb)")
-    header_source: Literal["auto", "openai", "structural", "none"] = Field(
-        "auto", description="auto, openai, structural or none")
+    header_source: str = Field("auto", description="auto, openai, structural or none")
     llm_base_urls: str = Field("", validation_alias=AliasChoices("CTX_LLM_BASE_URLS", "CTX_LLM_BASE_URL"),
                                description="comma-separated http(s):// base URLs of OpenAI-compatible replicas")
     llm_fleet_file: str = Field("", description="a YAML fleet file (replicas with caps, weights and key variables)")
@@ -68,10 +74,12 @@ class PlatformSettings(BaseSettings):
         except ValidationError as exc:
             raise ConfigurationError(describe_errors(exc, values)) from None
 
-    @field_validator("header_source", mode="before")
+    @field_validator("header_source")
     @classmethod
-    def _lower(cls, value: Any) -> Any:
-        return value.strip().lower() if isinstance(value, str) else value
+    def _header_source(cls, value: str) -> str:
+        if value.lower() not in HEADER_SOURCES:
+            raise ValueError(f"unknown header source '{value}'")
+        return value.lower()
 
     @field_validator("gate_floors_json")
     @classmethod

@@ -28,7 +28,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     settings = _settings()
-    from contextual_assets.app.ingest_runs import collect_sources, ensure_dagster_home, ingest_partitions, register_sources
+    from contextual_assets.app.ingest_runs import (
+        collect_sources,
+        ensure_dagster_home,
+        ingest_partitions,
+        register_sources,
+    )
 
     ensure_dagster_home(settings.home)
     import dagster as dg

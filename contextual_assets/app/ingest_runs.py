@@ -10,12 +10,16 @@ from pathlib import Path
 import dagster as dg
 from pydantic import BaseModel
 
+from contextual_assets.defs.partitions import (
+    documents_partitions,
+    partition_ranges,
+    range_run_tags,
+)
 from contextual_assets.errors import DocumentError
+from contextual_assets.ingest.document_keys import key_for_path, partition_key_for
 from contextual_assets.ingest.inbox import file_sha256
 from contextual_assets.models import SourceRecord
 from contextual_assets.parsing import SUPPORTED_EXTENSIONS
-from contextual_assets.ingest.document_keys import key_for_path, partition_key_for
-from contextual_assets.defs.partitions import documents_partitions, partition_ranges, range_run_tags
 from contextual_assets.store import ChunkStore
 
 REPO_DAGSTER_YAML = Path(__file__).resolve().parents[2] / "dagster.yaml"  # the checkout's instance settings

@@ -6,13 +6,12 @@ import sys
 
 import dagster as dg
 
-from eval_assets.assets import eval_assets_list, eval_checks
-
+from contextual_assets.defs.inbox_sensor import build_new_documents_sensor
 from contextual_assets.defs.ingest_assets import build_ingest_assets
 from contextual_assets.defs.resources import build_resources
-from contextual_assets.defs.inbox_sensor import build_new_documents_sensor
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.settings import PlatformSettings
+from eval_assets.assets import eval_assets_list, eval_checks
 
 
 def build_definitions(settings: PlatformSettings | None = None) -> dg.Definitions:

@@ -7,10 +7,14 @@ from pathlib import Path
 
 import dagster as dg
 
+from contextual_assets.defs.partitions import (
+    documents_partitions,
+    partition_ranges,
+    range_run_tags,
+)
+from contextual_assets.defs.resources import ChunkStoreResource
 from contextual_assets.ingest.inbox import InboxState, scan_inbox
 from contextual_assets.models import SourceRecord
-from contextual_assets.defs.partitions import documents_partitions, partition_ranges, range_run_tags
-from contextual_assets.defs.resources import ChunkStoreResource
 
 
 def build_new_documents_sensor(job, inbox: str, partitions_per_run: int,

@@ -11,13 +11,24 @@ import time
 
 import dagster as dg
 
-from contextual_assets.ingest.pipeline import DocumentJob, DocumentPipeline, PipelineSettings, StageEvent, mean_header_words
+from contextual_assets.defs.partitions import documents_partitions
+from contextual_assets.defs.resources import (
+    ChunkStoreResource,
+    EmbedderResource,
+    HeaderSourceResource,
+    ParsingResource,
+)
 from contextual_assets.errors import ContextualError
 from contextual_assets.fleet.vllm_metrics import MetricsSampler, MetricsTimeline
 from contextual_assets.headers.openai_source import HeaderRunStats, OpenAIHeaderSource
 from contextual_assets.index_version import index_fingerprint, index_version_of
-from contextual_assets.defs.partitions import documents_partitions
-from contextual_assets.defs.resources import ChunkStoreResource, EmbedderResource, HeaderSourceResource, ParsingResource
+from contextual_assets.ingest.pipeline import (
+    DocumentJob,
+    DocumentPipeline,
+    PipelineSettings,
+    StageEvent,
+    mean_header_words,
+)
 
 INGEST_GROUP = "ingest"
 

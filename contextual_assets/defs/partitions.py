@@ -7,7 +7,10 @@ order), so its documents are pipelined together against the header fleet.
 from __future__ import annotations
 
 import dagster as dg
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
 
 documents_partitions = dg.DynamicPartitionsDefinition(name="documents")
 

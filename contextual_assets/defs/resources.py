@@ -13,18 +13,31 @@ import threading
 import dagster as dg
 from pydantic import PrivateAttr
 
-from contextual_assets.embedding import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder, sentence_transformer_name
+from contextual_assets.embedding import (
+    Embedder,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+    sentence_transformer_name,
+)
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fleet.config import FleetConfig
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
 from contextual_assets.fleet.pool import get_fleet
 from contextual_assets.headers.base import HeaderSource
-from contextual_assets.headers.openai_source import OpenAIHeaderSource, openai_identity, prompt_version_of
+from contextual_assets.headers.openai_source import (
+    OpenAIHeaderSource,
+    openai_identity,
+    prompt_version_of,
+)
 from contextual_assets.headers.prompt import DEFAULT_PROMPT, load_prompt
 from contextual_assets.headers.structural import NoHeaderSource, StructuralHeaderSource
 from contextual_assets.index_version import index_fingerprint, index_version_of
-from contextual_assets.parsing.tokens import TokenCounter, bundled_model_dir, token_counter
-from contextual_assets.settings import PlatformSettings, env_source
+from contextual_assets.parsing.tokens import (
+    TokenCounter,
+    bundled_model_dir,
+    token_counter,
+)
+from contextual_assets.settings import HEADER_SOURCES, PlatformSettings, env_source
 from contextual_assets.store import ChunkStore, open_store
 from eval_assets.resources import EvalGateResource
 
@@ -104,7 +117,7 @@ class HeaderSourceResource(dg.ConfigurableResource):
     def resolved_source(self) -> tuple[str, str | None]:
         """(source, warning): the source that will run and why, when `auto` had to choose."""
         source = self.source.lower()
-        if source not in {"auto", "openai", "structural", "none"}:
+        if source not in HEADER_SOURCES:
             raise ConfigurationError(f"unknown header source '{self.source}' (auto, openai, structural, none)")
         if source == "auto":
             if self.endpoints():

@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from ..errors import HeaderGenerationError
 from . import routing

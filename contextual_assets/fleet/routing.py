@@ -23,7 +23,6 @@ from collections.abc import Callable, Collection, Sequence
 
 from .replica import ReplicaState
 
-
 # A replica this many times slower (per token) than the fastest healthy one is used only while the
 # queue is long (see `worth_it`).
 SLOW_FACTOR = 2.5

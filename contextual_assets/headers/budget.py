@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import HeaderGenerationError
 from contextual_assets.parsing.tokens import TokenCounter
+
+from ..errors import HeaderGenerationError
 from .base import HeaderRequest
 from .prompt import PromptTemplate
 

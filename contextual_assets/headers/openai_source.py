@@ -13,9 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from contextual_assets.parsing.tokens import TokenCounter
+
 from ..errors import HeaderGenerationError
 from ..fleet.pool import FleetRequest, FleetResult, HeaderFleet
-from contextual_assets.parsing.tokens import TokenCounter
 from .base import HeaderRequest, HeaderResult, HeaderSource
 from .budget import FittedPrompt, estimate_tokens, fit_prompt
 from .cache import header_cache_key

@@ -7,9 +7,9 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from contextual_assets.parsing.chunking import chunk_blocks
 from contextual_assets.models import ParsedDocument
 from contextual_assets.parsing import parse_file
+from contextual_assets.parsing.chunking import chunk_blocks
 from contextual_assets.parsing.tokens import TokenCounter
 
 

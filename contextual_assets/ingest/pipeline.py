@@ -28,11 +28,16 @@ from typing import Any, Literal
 from contextual_assets.embedding import Embedder, embedding_text
 from contextual_assets.errors import ContextualError, DocumentError, StaleDocumentError
 from contextual_assets.headers.base import HeaderResult, HeaderSource
-from contextual_assets.models import DocumentRecord, EmbeddedChunk, HeaderedChunk, ParsedDocument
 from contextual_assets.headers.context import header_requests
 from contextual_assets.ingest.parse import parse_document, parse_metadata
-from contextual_assets.store import ChunkStore
+from contextual_assets.models import (
+    DocumentRecord,
+    EmbeddedChunk,
+    HeaderedChunk,
+    ParsedDocument,
+)
 from contextual_assets.parsing.tokens import TokenCounter
+from contextual_assets.store import ChunkStore
 
 Stage = Literal["parse", "headers", "embed", "commit"]
 

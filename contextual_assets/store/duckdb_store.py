@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
+from tenacity import (
+    retry,
+    retry_if_exception,
+    stop_after_delay,
+    wait_random_exponential,
+)
 
 from ..errors import StoreError
 from ..models import EmbeddedChunk

@@ -13,7 +13,7 @@ from psycopg_pool import ConnectionPool
 
 from ..errors import StoreError
 from ..models import EmbeddedChunk, SearchHit
-from .base import ChunkStore, _CHUNK_COLUMNS, utc_now
+from .base import _CHUNK_COLUMNS, ChunkStore, utc_now
 from .migrations import MIGRATIONS
 
 _MIGRATION_LOCK = 7_314_159  # advisory lock id: one migrator at a time

@@ -14,14 +14,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from bench.sim import FleetSimulator, ReplicaSpec
 from tests.support import REPO_ROOT
-
 
 
 def words(n: int, tag: str) -> str:

@@ -8,9 +8,12 @@ import json
 import dagster as dg
 
 from bench.retrieval import REFERENCE, run
+from contextual_assets.app.ingest_runs import (
+    collect_sources,
+    ingest_partitions,
+    register_sources,
+)
 from contextual_assets.defs.definitions import build_definitions, build_resources
-from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
-
 from tests.support import shared_dataset
 
 

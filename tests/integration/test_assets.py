@@ -5,9 +5,12 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
+from contextual_assets.app.ingest_runs import (
+    collect_sources,
+    ingest_partitions,
+    register_sources,
+)
 from contextual_assets.defs.definitions import build_definitions, build_resources
-from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
-
 from tests import pdf_fixtures as fx
 from tests.support import copy_into, shared_dataset
 

@@ -14,14 +14,17 @@ import dagster as dg
 import pymupdf
 import pytest
 
-from contextual_assets.parsing.chunking import chunk_blocks
+from contextual_assets.app.ingest_runs import (
+    collect_sources,
+    ingest_partitions,
+    register_sources,
+)
 from contextual_assets.defs.definitions import build_definitions, build_resources
 from contextual_assets.errors import DocumentError
 from contextual_assets.ingest.inbox import InboxState, scan_inbox
 from contextual_assets.parsing import parse_file
-from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
+from contextual_assets.parsing.chunking import chunk_blocks
 from contextual_assets.parsing.tokens import token_counter
-
 from tests import pdf_fixtures as fx
 from tests.integration.test_sensor import Harness
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+
 from tests.support import REPO_ROOT
 
 POSTGRES_YAML = REPO_ROOT / "deploy" / "dagster.postgres.yaml"
@@ -48,9 +49,9 @@ def _source(tmp_path: Path) -> tuple[str, Path]:
 
 
 def _ingest_one(settings, instance: dg.DagsterInstance, key: str, path: Path) -> dg.ExecuteInProcessResult:
+    from contextual_assets.app.ingest_runs import register_sources
     from contextual_assets.defs.definitions import build_definitions
     from contextual_assets.defs.resources import ChunkStoreResource
-    from contextual_assets.app.ingest_runs import register_sources
 
     store = ChunkStoreResource(database_url=settings.database_url, duckdb_path=settings.duckdb_path).open()
     register_sources(store, instance, [(key, path)])

@@ -10,7 +10,6 @@ from pathlib import Path
 import dagster as dg
 
 from contextual_assets.defs.definitions import build_definitions
-
 from tests.support import REPO_ROOT
 
 

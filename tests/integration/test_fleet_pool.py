@@ -13,14 +13,18 @@ from bench.sim import FleetSimulator, ReplicaSpec
 from contextual_assets.errors import HeaderGenerationError
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
 from contextual_assets.fleet.discovery import ModelDiscovery
+from contextual_assets.fleet.pool import (
+    FleetRequest,
+    FleetUnavailableError,
+    HeaderFleet,
+)
 from contextual_assets.fleet.vllm_metrics import MetricsSampler
-from contextual_assets.fleet.pool import FleetRequest, FleetUnavailableError, HeaderFleet
 from contextual_assets.headers.base import HeaderRequest
 from contextual_assets.headers.openai_source import OpenAIHeaderSource
 from contextual_assets.headers.prompt import load_prompt
 from contextual_assets.models import Chunk, content_hash
-from contextual_assets.store import open_store
 from contextual_assets.parsing.tokens import token_counter
+from contextual_assets.store import open_store
 
 
 @contextlib.contextmanager
@@ -189,8 +193,12 @@ def test_metrics_sampler_builds_a_timeline():
 def test_ingest_through_dagster_on_the_simulated_fleet(tmp_path, samples_dir, settings_factory):
     import dagster as dg
 
+    from contextual_assets.app.ingest_runs import (
+        collect_sources,
+        ingest_partitions,
+        register_sources,
+    )
     from contextual_assets.defs.definitions import build_definitions, build_resources
-    from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
 
     with FleetSimulator(3, time_scale=0.05) as sim:
         settings = settings_factory(header_source="openai", llm_base_urls=",".join(sim.base_urls),

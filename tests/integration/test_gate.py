@@ -10,8 +10,12 @@ import dagster as dg
 import pytest
 
 from bench.corpora import derive_version
+from contextual_assets.app.ingest_runs import (
+    collect_sources,
+    ingest_partitions,
+    register_sources,
+)
 from contextual_assets.defs.definitions import build_definitions, build_resources
-from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
 from eval_assets.evaluate import evaluate
 from eval_assets.gold.gold_set import Evidence, GoldTask, load_gold, write_gold
 

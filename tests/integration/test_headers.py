@@ -1,5 +1,5 @@
-"""Header sources: validation, the structural source, the prompt file, and the OpenAI-compatible
-source against a real llama.cpp server."""
+"""Header sources against servers: the OpenAI-compatible source on a real llama.cpp server (two
+replicas), discovery, and headers through the Dagster assets. Server-free header tests: tests/unit."""
 
 from __future__ import annotations
 
@@ -10,32 +10,11 @@ from contextual_assets.errors import ConfigurationError, HeaderGenerationError
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
 from contextual_assets.fleet.discovery import ModelDiscovery
 from contextual_assets.fleet.pool import HeaderFleet
+from contextual_assets.headers.context import header_requests
 from contextual_assets.headers.openai_source import OpenAIHeaderSource
 from contextual_assets.headers.prompt import load_prompt
-from contextual_assets.headers.structural import StructuralHeaderSource, structural_header
-from contextual_assets.headers.validation import HeaderValidationError, validate_header
-from contextual_assets.headers.context import header_requests
 from contextual_assets.ingest.parse import parse_document
 from contextual_assets.parsing.tokens import token_counter
-
-CHUNK = "The supplier pays 0.5 percent of the milestone fee per business day of delay, capped at EUR 234,000."
-
-
-def check(header: str, chunk: str = CHUNK) -> str:
-    return validate_header(header, chunk, max_tokens=64, count_tokens=token_counter().count)
-
-
-def test_context_is_the_section_trimmed_around_the_chunk(samples_dir):
-    counter = token_counter()
-    doc = parse_document("s", samples_dir / "supply_agreement.pdf", counter, chunk_tokens=60, max_bytes=10**8,
-                         max_pdf_pages=100)
-    requests = header_requests(doc, counter, context_tokens=150)
-    for request in requests:
-        context = request.context()
-        assert request.chunk.text in context
-        assert counter.count(context) <= 150 + 5 or context == request.chunk.text
-        same_section = [c.text for c in doc.chunks if c.section_path == request.chunk.section_path]
-        assert all(part in same_section for part in context.split("\n\n"))
 
 
 def make_fleet(urls, **overrides) -> HeaderFleet:
@@ -97,8 +76,12 @@ def test_pinned_model_bypasses_discovery():
 def test_two_replicas_share_work_headers_stored_and_failover(llama_servers, tmp_path, settings_factory):
     """Two llama.cpp processes as two replicas: discovery finds the served name, both receive
     requests, headers are stored; then one is killed and its work fails over to the other."""
+    from contextual_assets.app.ingest_runs import (
+        collect_sources,
+        ingest_partitions,
+        register_sources,
+    )
     from contextual_assets.defs.definitions import build_definitions, build_resources
-    from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
 
     urls = ",".join(s.base_url for s in llama_servers)
     settings = settings_factory(header_source="auto", llm_base_urls=urls, llm_max_in_flight=1)
@@ -147,8 +130,12 @@ def test_discovery_errors_name_each_endpoint():
 
 
 def test_ingest_with_openai_headers_through_dagster(llama_server, tmp_path, settings_factory):
+    from contextual_assets.app.ingest_runs import (
+        collect_sources,
+        ingest_partitions,
+        register_sources,
+    )
     from contextual_assets.defs.definitions import build_definitions, build_resources
-    from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
 
     doc = tmp_path / "memo.md"
     doc.write_text("# Travel memo\n\nStaff travelling to Lyon book rail, not flights, for trips under 500 km.\n")

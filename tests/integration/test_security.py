@@ -25,12 +25,15 @@ import httpx
 import pytest
 
 from bench.sim import FleetSimulator
+from contextual_assets.app.ingest_runs import (
+    collect_sources,
+    ingest_partitions,
+    register_sources,
+)
 from contextual_assets.defs.definitions import build_definitions, build_resources
+from contextual_assets.defs.resources import clear_store_cache
 from contextual_assets.errors import DocumentError
 from contextual_assets.ingest.document_keys import key_for_path, partition_key_for
-from contextual_assets.defs.resources import clear_store_cache
-from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
-
 from tests.support import REPO_ROOT, free_port
 
 # --------------------------------------------------------------------------------------------

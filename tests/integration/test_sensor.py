@@ -8,9 +8,9 @@ import time
 import dagster as dg
 
 from contextual_assets.defs.definitions import build_definitions, build_resources
-from contextual_assets.models import DocumentRecord
 from contextual_assets.embedding import embed_chunks
 from contextual_assets.ingest.parse import parse_document
+from contextual_assets.models import DocumentRecord
 from contextual_assets.parsing.tokens import token_counter
 
 

@@ -6,7 +6,12 @@ import math
 
 import pytest
 
-from contextual_assets.models import DocumentRecord, EmbeddedChunk, SourceRecord, content_hash
+from contextual_assets.models import (
+    DocumentRecord,
+    EmbeddedChunk,
+    SourceRecord,
+    content_hash,
+)
 from contextual_assets.store import open_store
 from contextual_assets.store.migrations import SCHEMA_VERSION
 

@@ -18,7 +18,6 @@ from bench.sim.deployment import (
     seed_dagster_home,
 )
 
-
 ALL_ASSETS = [*INGEST_ASSETS, "retrieval_eval"]
 
 DOCS = {
@@ -56,9 +55,9 @@ class Deployment(DagsterDeployment):
 def deployment(tmp_path_factory):
     import dagster as dg
 
-    from contextual_assets.models import SourceRecord
-    from contextual_assets.ingest.inbox import file_sha256
     from contextual_assets.ingest.document_keys import partition_key_for
+    from contextual_assets.ingest.inbox import file_sha256
+    from contextual_assets.models import SourceRecord
     from contextual_assets.store import open_store
 
     root = tmp_path_factory.mktemp("webserver")

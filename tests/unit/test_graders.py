@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from eval_assets import diagnostics as graders  # the module whose NEAR_DUPLICATE_CAP a test patches
+from eval_assets import (
+    diagnostics as graders,  # the module whose NEAR_DUPLICATE_CAP a test patches
+)
 from eval_assets.diagnostics import header_diagnostics
 from eval_assets.ranking_metrics import (
     ndcg_at_k,

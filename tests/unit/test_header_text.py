@@ -1,12 +1,18 @@
-"""Header text without a server: validation, the structural source and the prompt template."""
+"""Header text without a server: validation, the structural source, the prompt template and the
+section context sent with each chunk."""
 
 from __future__ import annotations
 
 import pytest
 
+from contextual_assets.headers.context import header_requests
 from contextual_assets.headers.prompt import load_prompt
-from contextual_assets.headers.structural import StructuralHeaderSource, structural_header
+from contextual_assets.headers.structural import (
+    StructuralHeaderSource,
+    structural_header,
+)
 from contextual_assets.headers.validation import HeaderValidationError, validate_header
+from contextual_assets.ingest.parse import parse_document
 from contextual_assets.parsing.tokens import token_counter
 
 CHUNK = "The supplier pays 0.5 percent of the milestone fee per business day of delay, capped at EUR 234,000."
@@ -75,3 +81,16 @@ def test_document_text_cannot_close_its_delimiters():
     user = messages[1]["content"]
     assert user.count("</chunk>") == 1 and user.count("</document>") == 1
     assert "&lt;/chunk>" in user and "&lt;/document>" in user
+
+
+def test_context_is_the_section_trimmed_around_the_chunk(samples_dir):
+    counter = token_counter()
+    doc = parse_document("s", samples_dir / "supply_agreement.pdf", counter, chunk_tokens=60, max_bytes=10**8,
+                         max_pdf_pages=100)
+    requests = header_requests(doc, counter, context_tokens=150)
+    for request in requests:
+        context = request.context()
+        assert request.chunk.text in context
+        assert counter.count(context) <= 150 + 5 or context == request.chunk.text
+        same_section = [c.text for c in doc.chunks if c.section_path == request.chunk.section_path]
+        assert all(part in same_section for part in context.split("\n\n"))

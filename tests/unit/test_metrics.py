@@ -7,8 +7,12 @@ import math
 import pytest
 
 from eval_assets.gold.gold_set import Evidence, GoldTask, load_gold
-from eval_assets.ranking_metrics import first_gold_rank, ndcg_at_k, pass_at_k, reciprocal_rank
-
+from eval_assets.ranking_metrics import (
+    first_gold_rank,
+    ndcg_at_k,
+    pass_at_k,
+    reciprocal_rank,
+)
 from tests.support import shared_dataset
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from contextual_assets.parsing.chunking import chunk_blocks
 from contextual_assets.parsing import parse_file
-from contextual_assets.samples import write_sample_corpus
+from contextual_assets.parsing.chunking import chunk_blocks
 from contextual_assets.parsing.tokens import token_counter
+from contextual_assets.samples import write_sample_corpus
 from eval_assets.gold.gold_set import normalise
 from eval_assets.gold.needles import STRATA, build_needle_set, section_path_from_notes
 

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from contextual_assets.parsing.chunking import chunk_blocks
 from contextual_assets.errors import DocumentError
 from contextual_assets.parsing import parse_file
+from contextual_assets.parsing.chunking import chunk_blocks
 from contextual_assets.parsing.tokens import token_counter
-
 from tests import pdf_fixtures as fx
 from tests.support import shared_dataset
 
