@@ -6,6 +6,7 @@ queries in prose find code chunks.
 
 from __future__ import annotations
 
+import logging
 import re
 
 import numpy as np
@@ -36,6 +37,8 @@ class LexicalIndex:
     def __init__(self, texts: list[str]):
         import bm25s
 
+        # bm25s sets its own logger to DEBUG on import, which would print index builds to users.
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
         self.size = len(texts)
         self._bm25 = bm25s.BM25()
         corpus = [tokenize(t) or ["\u2400"] for t in texts]
