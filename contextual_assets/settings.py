@@ -23,6 +23,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
+from contextual_assets.parsing.dispatch import DEFAULT_MAX_BYTES
+from contextual_assets.parsing.pdf import DEFAULT_MAX_PDF_PAGES
 
 ENV_PREFIX = "CTX_"
 HEADER_SOURCES = ("auto", "openai", "structural", "none")
@@ -58,8 +60,8 @@ class PlatformSettings(BaseSettings):
     embed_api_key_env: str = Field("CTX_EMBED_API_KEY", description="the name of the variable that holds the key")
     chunk_tokens: int = Field(200, ge=1, description="an integer >= 1 (embedder tokens per chunk)")
     context_tokens: int = Field(1000, ge=0, description="an integer >= 0 (tokens of section context per request)")
-    max_file_mb: float = Field(100.0, gt=0, description="a size in MB > 0")
-    max_pdf_pages: int = Field(2000, ge=1, description="an integer >= 1")
+    max_file_mb: float = Field(DEFAULT_MAX_BYTES / 1_000_000, gt=0, description="a size in MB > 0")
+    max_pdf_pages: int = Field(DEFAULT_MAX_PDF_PAGES, ge=1, description="an integer >= 1")
     partitions_per_run: int = Field(200, ge=1, description="documents per ingest run, an integer >= 1")
     gold_path: str = Field("", validation_alias="CTX_GOLD_FILE", description="a gold file (JSONL or YAML)")
     gate_floors_json: str = Field("{}", validation_alias="CTX_GATE_FLOORS",

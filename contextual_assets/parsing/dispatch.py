@@ -10,9 +10,12 @@ from pathlib import Path
 from ..errors import DocumentError
 from .blocks import ParsedSource
 from .code import CODE_EXTENSIONS, parse_code
-from .pdf import parse_pdf
+from .pdf import DEFAULT_MAX_PDF_PAGES, parse_pdf
 from .prechunked import looks_prechunked, parse_prechunked
 from .text import parse_markdown, parse_text
+
+# Larger files are refused by default (CTX_MAX_FILE_MB).
+DEFAULT_MAX_BYTES = 100_000_000
 
 TEXT_EXTENSIONS = {".txt", ".text", ".rst", ".log", ".csv"}
 MARKDOWN_EXTENSIONS = {".md", ".markdown"}
@@ -81,7 +84,8 @@ def _sanitize(parsed: ParsedSource) -> ParsedSource:
     return parsed.model_copy(update={"title": _clean(parsed.title), "blocks": blocks})
 
 
-def parse_file(path: Path, *, max_bytes: int = 100_000_000, max_pdf_pages: int = 2000) -> tuple[ParsedSource, bytes]:
+def parse_file(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
+               max_pdf_pages: int = DEFAULT_MAX_PDF_PAGES) -> tuple[ParsedSource, bytes]:
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_EXTENSIONS:
         raise DocumentError(

@@ -11,6 +11,8 @@ from ..errors import DocumentError
 from .blocks import Block, ParsedSource
 
 _BOLD_FLAG = 16
+# Refuse larger PDFs by default (CTX_MAX_PDF_PAGES): a page bomb costs minutes of parsing.
+DEFAULT_MAX_PDF_PAGES = 2000
 
 
 def _open(path: Path, data: bytes, max_pages: int):
@@ -68,7 +70,7 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def parse_pdf(path: Path, data: bytes, max_pages: int = 2000) -> ParsedSource:
+def parse_pdf(path: Path, data: bytes, max_pages: int = DEFAULT_MAX_PDF_PAGES) -> ParsedSource:
     doc = _open(path, data, max_pages)
     try:
         pages = [_page_lines(page) for page in doc]
