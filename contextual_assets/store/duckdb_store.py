@@ -6,6 +6,7 @@ operation) and a lock held by another process is retried for a bounded time.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,12 +25,29 @@ from ..models import EmbeddedChunk
 from .base import ChunkStore, utc_now
 from .migrations import MIGRATIONS
 
+# A file this young that DuckDB calls invalid is most likely still being created by another process
+# (it exists before its header is written); an older one is really damaged.
+NEW_FILE_GRACE_S = 10.0
+
+
+class _FileBeingCreated(Exception):
+    """Another process has created the database file but not yet written its header."""
+
 
 def _is_lock_conflict(exc: BaseException) -> bool:
     text = str(exc).lower()
-    return isinstance(exc, (duckdb.IOException, duckdb.TransactionException)) and (
-        "lock" in text or "conflict" in text
+    return isinstance(exc, _FileBeingCreated) or (
+        isinstance(exc, (duckdb.IOException, duckdb.TransactionException)) and ("lock" in text or "conflict" in text)
     )
+
+
+def _being_created(exc: BaseException, path: Path) -> bool:
+    if "not a valid duckdb database file" not in str(exc).lower():
+        return False
+    try:
+        return time.time() - path.stat().st_mtime < NEW_FILE_GRACE_S
+    except OSError:
+        return True  # gone again: the creator gave up; the next attempt creates it
 
 
 _retry_on_lock = retry(
@@ -89,6 +107,8 @@ class DuckDBChunkStore(ChunkStore):
         except duckdb.Error as exc:
             if _is_lock_conflict(exc):
                 raise
+            if _being_created(exc, self.path):
+                raise _FileBeingCreated(str(exc)) from exc
             raise StoreError(f"cannot open DuckDB store {self.path}: {exc}") from exc
 
     @contextmanager
