@@ -233,8 +233,14 @@ def test_metrics_move_while_busy_and_parse(client):
                 tasks = [asyncio.ensure_future(c.post(f"{url}/chat/completions",
                                                       json=chat_body(words(300, f"m{k}_"), max_tokens=60)))
                          for k in range(4)]
-                await asyncio.sleep(0.15)
-                text = (await c.get(url.removesuffix("/v1") + "/metrics")).text
+                # Sampled once all four are admitted (prefill done), while they still decode: polled
+                # rather than after a fixed sleep, which a loaded machine can overrun in either way.
+                deadline = time.monotonic() + 10
+                while True:
+                    text = (await c.get(url.removesuffix("/v1") + "/metrics")).text
+                    if parse_metrics(text)["vllm:num_requests_running"] == 4 or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.01)
                 await asyncio.gather(*tasks)
                 return text, (await c.get(url.removesuffix("/v1") + "/metrics")).text
 
