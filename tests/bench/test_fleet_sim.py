@@ -233,12 +233,15 @@ def test_metrics_move_while_busy_and_parse(client):
                 tasks = [asyncio.ensure_future(c.post(f"{url}/chat/completions",
                                                       json=chat_body(words(300, f"m{k}_"), max_tokens=60)))
                          for k in range(4)]
-                # Sampled once all four are admitted (prefill done), while they still decode: polled
-                # rather than after a fixed sleep, which a loaded machine can overrun in either way.
+                # Sampled once all four are admitted and decoding has begun: polled rather than after a
+                # fixed sleep, which a loaded machine overruns either way (none admitted yet, or
+                # admitted with no decode step taken). A fleet whose metrics never move fails below.
                 deadline = time.monotonic() + 10
                 while True:
                     text = (await c.get(url.removesuffix("/v1") + "/metrics")).text
-                    if parse_metrics(text)["vllm:num_requests_running"] == 4 or time.monotonic() > deadline:
+                    sample = parse_metrics(text)
+                    busy = sample["vllm:num_requests_running"] == 4 and sample["vllm:generation_tokens_total"] > 0
+                    if busy or time.monotonic() > deadline:
                         break
                     await asyncio.sleep(0.01)
                 await asyncio.gather(*tasks)
