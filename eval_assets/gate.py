@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from contextual_assets.errors import ConfigurationError
+from contextual_assets.settings import PlatformSettings
 
 GATED_METRICS = ("pass_at_5", "pass_at_10", "pass_at_20", "mrr", "ndcg_at_10")
 
@@ -19,7 +20,7 @@ GATED_METRICS = ("pass_at_5", "pass_at_10", "pass_at_20", "mrr", "ndcg_at_10")
 class GatePolicy(BaseModel):
     mode: str = "hybrid"
     floors: dict[str, float] = Field(default_factory=dict)  # e.g. {"pass_at_10": 0.6}
-    tolerance: float = 0.02  # largest allowed drop per metric against the promoted version
+    tolerance: float = PlatformSettings.default("gate_tolerance")  # largest drop per metric against production
     max_unhealthy_increase: float = 0.05  # stale+broken share may not grow more than this
 
 

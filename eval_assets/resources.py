@@ -6,7 +6,11 @@ import json
 
 import dagster as dg
 
+from contextual_assets.settings import PlatformSettings
+
 from .gate import GatePolicy, ReviewedException, load_exceptions
+
+_policy_default = lambda name: GatePolicy.model_fields[name].default  # noqa: E731
 
 
 class EvalGateResource(dg.ConfigurableResource):
@@ -14,10 +18,10 @@ class EvalGateResource(dg.ConfigurableResource):
     production (`CTX_GATE_TOLERANCE`), reviewed exceptions (`CTX_GATE_EXCEPTIONS`), the alias name."""
 
     gold_path: str = ""
-    mode: str = "hybrid"
-    floors_json: str = "{}"
-    tolerance: float = 0.02
-    max_unhealthy_increase: float = 0.05
+    mode: str = _policy_default("mode")
+    floors_json: str = PlatformSettings.default("gate_floors_json")
+    tolerance: float = PlatformSettings.default("gate_tolerance")
+    max_unhealthy_increase: float = _policy_default("max_unhealthy_increase")
     hygiene_warn_share: float = 0.1
     exceptions_path: str = ""
     alias: str = "production"

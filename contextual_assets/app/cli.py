@@ -38,7 +38,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     ensure_dagster_home(settings.home)
     import dagster as dg
 
-    from contextual_assets.defs.definitions import build_definitions, build_resources
+    from contextual_assets.defs.definitions import build_definitions
+    from contextual_assets.defs.resources import build_resources
 
     sources, refused = collect_sources(args.paths)
     for reason in refused:
@@ -160,7 +161,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     ensure_dagster_home(settings.home)
     import dagster as dg
 
-    from contextual_assets.defs.definitions import build_definitions, build_resources
+    from contextual_assets.defs.definitions import build_definitions
+    from contextual_assets.defs.resources import build_resources
 
     defs = build_definitions(settings)
     config = {"gold_path": args.gold, "index_version": args.version}

@@ -1,7 +1,7 @@
 """Dagster resources: the store, the header source, the embedder and the parsing limits.
 
 Defaults come from `PlatformSettings` (or, for fleet knobs it does not expose, `FleetConfig`): each is
-written once. `definitions.build_resources` passes values that came from the environment as
+written once. `build_resources` (below) passes, for the code location, values that came from the environment as
 `dg.EnvVar`s, so the UI shows the variable's name rather than baking its value into run config.
 """
 
@@ -29,7 +29,7 @@ from contextual_assets.headers.openai_source import (
     openai_identity,
     prompt_version_of,
 )
-from contextual_assets.headers.prompt import DEFAULT_PROMPT, load_prompt
+from contextual_assets.headers.prompt import DEFAULT_PROMPT, PromptTemplate, load_prompt
 from contextual_assets.headers.structural import NoHeaderSource, StructuralHeaderSource
 from contextual_assets.index_version import index_fingerprint, index_version_of
 from contextual_assets.parsing.tokens import (
@@ -153,9 +153,8 @@ class HeaderSourceResource(dg.ConfigurableResource):
             return NoHeaderSource().identity
         config = self.fleet_config()
         resolved = DEFAULT_DISCOVERY.resolve_fleet(config)
-        version = prompt_version_of(load_prompt(self.prompt),
-                                    load_prompt(self.batch_prompt) if config.batch_size > 1 else None, config.batch_size)
-        return openai_identity(resolved.name, config.revision, version)
+        return openai_identity(resolved.name, config.revision, prompt_version_of(*self._prompts(config),
+                                                                                 config.batch_size))
 
     def build(self, counter: TokenCounter, store: ChunkStore | None = None) -> HeaderSource:
         """The configured source; for `openai`, a client of the process-wide fleet pool, with the
@@ -166,11 +165,16 @@ class HeaderSourceResource(dg.ConfigurableResource):
         if source == "none":
             return NoHeaderSource()
         config = self.fleet_config()
+        prompt, batch_prompt = self._prompts(config)
         return OpenAIHeaderSource(
-            get_fleet(config), load_prompt(self.prompt), counter, store=store, max_output_tokens=config.max_output_tokens,
-            max_header_tokens=self.max_header_tokens, batch_size=config.batch_size,
-            batch_prompt=load_prompt(self.batch_prompt) if config.batch_size > 1 else None, revision=config.revision,
+            get_fleet(config), prompt, counter, store=store, max_output_tokens=config.max_output_tokens,
+            max_header_tokens=self.max_header_tokens, batch_size=config.batch_size, batch_prompt=batch_prompt,
+            revision=config.revision,
         )
+
+    def _prompts(self, config: FleetConfig) -> tuple[PromptTemplate, PromptTemplate | None]:
+        """The single-chunk prompt, and the batch prompt when requests carry several chunks."""
+        return load_prompt(self.prompt), load_prompt(self.batch_prompt) if config.batch_size > 1 else None
 
 
 class EmbedderResource(dg.ConfigurableResource):

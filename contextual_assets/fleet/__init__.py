@@ -1,6 +1,5 @@
-"""The header fleet: one request pool across many OpenAI-compatible replicas."""
+"""The header fleet: one request pool across many OpenAI-compatible replicas.
 
-from .config import FleetConfig, ReplicaConfig
-from .pool import FleetRequest, FleetResult, HeaderFleet, get_fleet
-
-__all__ = ["FleetConfig", "FleetRequest", "FleetResult", "HeaderFleet", "ReplicaConfig", "get_fleet"]
+Import the module you need (`fleet.config`, `fleet.pool`, `fleet.routing`, ...): the package itself
+imports nothing, so reading settings (`fleet.config`) does not load httpx, asyncio and the pool.
+"""
