@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from contextual_assets.embedding import Embedder
     from contextual_assets.models import HeaderedChunk
     from contextual_assets.store import ChunkStore
+    from eval_assets.gold.gold_set import GoldTask
 
 CHUNK_TOKENS = 60
 
@@ -34,7 +35,8 @@ def write_corpus(folder: Path, n_docs: int, tag: str = "", first: int = 0) -> No
 
 
 def expected_chunks(folder: Path) -> dict[str, int]:
-    """{partition key: chunk count}, keyed as `ctx ingest FOLDER` keys them."""
+    """{partition key: chunk count}, keyed as `ctx ingest FOLDER` keys them with CTX_SOURCE_ROOT at
+    the folder's parent."""
     from contextual_assets.ingest.parse import parse_document
     from contextual_assets.parsing.tokens import token_counter
 
@@ -73,24 +75,53 @@ def truncate_to_first_line(chunks: list[HeaderedChunk]) -> list[HeaderedChunk]:
     return out
 
 
+def remove_evidence(tasks: list[GoldTask]) -> Transform:
+    """A transform that blanks every chunk holding evidence of `tasks` (their evidence is lost)."""
+    from eval_assets.gold.gold_set import normalise
+
+    spans = [normalise(e.text) for t in tasks for e in t.evidence]
+
+    def lose(chunks: list[HeaderedChunk]) -> list[HeaderedChunk]:
+        from contextual_assets.models import content_hash
+
+        out = []
+        for chunk in chunks:
+            if any(span in normalise(chunk.text) for span in spans):
+                text = f"(chunk {chunk.ordinal} of {chunk.source_doc} left out)"
+                chunk = chunk.model_copy(update={"text": text, "content_hash": content_hash(text)})
+            out.append(chunk)
+        return out
+
+    lose.__name__ = f"lose_{len(tasks)}_tasks"
+    return lose
+
+
 TRANSFORMS: dict[str, Transform] = {"unchanged": unchanged, "swap_headers": swap_headers,
                                     "truncate_first_line": truncate_to_first_line}
 
 
-def derive_version(store: ChunkStore, embedder: Embedder, source_version: str, transform: str) -> str:
+def derive_version(store: ChunkStore, embedder: Embedder, source_version: str, transform: str | Transform,
+                   name: str = "", drop_docs: tuple[str, ...] = (), recipe: dict | None = None) -> str:
+    """A new version: `source_version`'s documents (less `drop_docs`), their chunks transformed and
+    embedded with `embedder`, whose identity (and `recipe`) the new version records."""
     from contextual_assets.embedding import embed_chunks
     from contextual_assets.index_version import index_version_of
 
+    apply = TRANSFORMS[transform] if isinstance(transform, str) else transform
+    label = name or (transform if isinstance(transform, str) else transform.__name__)
     fingerprint = next(v["fingerprint"] for v in store.index_versions() if v["index_version"] == source_version)
-    derived = {**fingerprint, "derived_from": source_version, "transform": transform}
+    derived = {**fingerprint, "embedder": embedder.identity, "derived_from": source_version, "transform": label,
+               "dropped": sorted(drop_docs)}
     version = index_version_of(derived)
-    store.register_index_version(version, derived)
+    store.register_index_version(version, derived, recipe)
     by_doc: dict[str, list[HeaderedChunk]] = defaultdict(list)
     for chunk in store.chunks(source_version):
         by_doc[chunk.doc_id].append(chunk)
     documents = {d.doc_id: d for d in store.documents(source_version)}
     for doc_id, chunks in by_doc.items():
-        embedded = embed_chunks(TRANSFORMS[transform](chunks), embedder)
+        if doc_id in drop_docs:
+            continue
+        embedded = embed_chunks(apply(chunks), embedder)
         record = documents[doc_id].model_copy(update={"index_version": version, "n_chunks": len(embedded)})
         store.replace_document(record, embedded)
     return version

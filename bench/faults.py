@@ -116,6 +116,8 @@ class Env:
             "CTX_HOME": str(self.ctx_home), "DAGSTER_HOME": str(self.dagster_home), "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "CTX_HEADER_SOURCE": "openai",
             "CTX_CHUNK_TOKENS": str(CHUNK_TOKENS), "DATABASE_URL": self.database_url,
+            # Folders under the work directory are keyed `<folder>/<file>` (see `expected_chunks`).
+            "CTX_SOURCE_ROOT": str(self.workdir),
         })
         env.update({k: str(v) for k, v in self.extra.items()})
         return env

@@ -1,9 +1,21 @@
-"""The evaluation gate on a real benchmark: ingest the codebase corpus through the assets (good
-version, structural headers), then derive deliberately degraded versions (headers swapped between
-neighbouring chunks; chunks truncated to their first line), run `evaluate_and_promote` on each, and
-print what the gate decided and where `production` points.
+"""The evaluation gate against a red team, on a real benchmark, in one run.
 
-    python -m bench.gate --json bench/out/gate.json
+The codebase corpus and the sample corpus are ingested through the assets (the good version,
+structural headers); then planted failures are evaluated with `evaluate_and_promote`, each of which
+the gate must block, and the good version must be promoted:
+
+    vacuous_first_promotion  no production yet; evidence removed for every task the good version
+                             retrieves, so the candidate scores 0 on the few living tasks left
+    partial_candidate        the good version less one live document
+    stale_gold               the good version judged on a gold set whose tasks are 30 % stale
+    lost_evidence            evidence removed for 4 % of the tasks production retrieves
+    alias_swap               the header model's served name now serves other weights (simulator)
+    expired_exception        degraded headers, every miss "reviewed" in an exception that expired
+    embedder_swap            the good chunks embedded by another same-size model (simulator)
+    swapped_headers          headers swapped between neighbouring chunks
+    truncated_chunks         every chunk truncated to its first line
+
+    python -m bench.gate --json bench/results/gate.json
 """
 
 from __future__ import annotations
@@ -15,76 +27,201 @@ import tempfile
 from pathlib import Path
 
 import dagster as dg
+import httpx
 
-from bench.corpora import derive_version
+from bench.corpora import derive_version, remove_evidence
 from bench.report import write_json
+from bench.sim import FleetSimulator, ReplicaSpec
 from contextual_assets.app.ingest_runs import ingest_partitions, register_sources
 from contextual_assets.defs.definitions import build_definitions, build_resources
+from contextual_assets.embedding import OpenAIEmbedder
+from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
+from contextual_assets.fleet.pool import close_fleets
+from contextual_assets.samples import write_sample_corpus
 from contextual_assets.settings import PlatformSettings
+from eval_assets.evaluate import MODES, evaluator_identity
+from eval_assets.gold.gold_set import GoldTask, load_gold, write_gold
 
-CANDIDATES = ("good", "swap_headers", "truncate_first_line")
+RED_TEAM = ("vacuous_first_promotion", "partial_candidate", "stale_gold", "lost_evidence", "alias_swap",
+            "expired_exception", "embedder_swap", "swapped_headers", "truncated_chunks")
+METRICS = ("pass_at_5", "pass_at_10", "pass_at_20", "mrr", "ndcg_at_10")
 
 
-def run(dataset: Path, gold: Path, workdir: Path, floors: dict[str, float], tolerance: float) -> dict:
-    settings = PlatformSettings(home=str(workdir), inbox=str(workdir / "inbox"), duckdb_path=str(workdir / "gate.duckdb"),
-                                header_source="structural", gate_floors_json=json.dumps(floors),
-                                gate_tolerance=tolerance)
-    defs, resources = build_definitions(settings), build_resources(settings)
-    store = resources["store"].open()
-    corpus = dataset / "codebase_chunks.json"
-    rows = []
-    with dg.DagsterInstance.ephemeral() as instance:
-        register_sources(store, instance, [(corpus.name, corpus)])
-        (outcome,) = ingest_partitions(defs, instance, [(corpus.name, corpus)], log_level="ERROR")
-        if not outcome.success:
-            raise SystemExit(f"ingest failed: {outcome.error}")
-        (good,) = [v["index_version"] for v in store.index_versions()]
-        for name in CANDIDATES:
-            version = good if name == "good" else derive_version(store, resources["embedder"].get(), good, name)
-            result = defs.resolve_job_def("evaluate_and_promote").execute_in_process(
-                instance=instance, raise_on_error=False,
-                run_config={"ops": {"retrieval_eval": {"config": {"gold_path": str(gold), "index_version": version}}},
-                            "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}})
-            gate = next(e.asset_check_evaluation_data for e in result.all_events
-                        if e.event_type_value == "ASSET_CHECK_EVALUATION"
-                        and e.asset_check_evaluation_data.check_name == "eval_gate")
-            evaluation = next(e.step_materialization_data.materialization.metadata
-                              for e in result.get_asset_materialization_events()
-                              if e.step_materialization_data.materialization.asset_key.path[-1] == "retrieval_eval")
-            rows.append({
-                "candidate": name, "index_version": version, "gate_passed": gate.passed,
-                "promoted": bool(result.asset_materializations_for_node("promoted_index")),
-                "production_after": store.get_alias("production"),
-                "reasons": gate.metadata["reasons"].value,
-                **{k: evaluation[f"hybrid_{k}"].value for k in ("pass_at_5", "pass_at_10", "pass_at_20", "mrr",
-                                                                  "ndcg_at_10")},
-                "n_living": evaluation["n_living"].value, "n_broken": evaluation["n_broken"].value,
-            })
-    return {"dataset": str(corpus), "gold": str(gold), "floors": floors, "tolerance": tolerance, "rows": rows}
+class RedTeam:
+    def __init__(self, workdir: Path, dataset: Path, gold: Path, floors: dict[str, float] | None, tolerance: float):
+        self.workdir, self.gold = workdir, gold
+        overrides = {"gate_floors_json": json.dumps(floors)} if floors is not None else {}
+        self.settings = PlatformSettings(home=str(workdir), inbox=str(workdir / "inbox"),
+                                         duckdb_path=str(workdir / "gate.duckdb"), header_source="structural",
+                                         gate_tolerance=tolerance, **overrides)
+        self.defs, self.resources = build_definitions(self.settings), build_resources(self.settings)
+        self.store = self.resources["store"].open()
+        self.embedder = self.resources["embedder"].get()
+        samples = workdir / "samples"
+        write_sample_corpus(samples)
+        corpus = dataset / "codebase_chunks.json"
+        self.sources = [(corpus.name, corpus)] + [(f"samples/{p.name}", p) for p in sorted(samples.iterdir())]
+        self.instance = dg.DagsterInstance.ephemeral()
+        register_sources(self.store, self.instance, self.sources)
+        failed = [o for o in ingest_partitions(self.defs, self.instance, self.sources, log_level="ERROR")
+                  if not o.success]
+        if failed:
+            raise SystemExit(f"ingest failed: {failed[0].key}: {failed[0].error}")
+        (self.good,) = [v["index_version"] for v in self.store.index_versions()]
+
+    def evaluate(self, name: str, version: str, gold: Path | None = None, **gate: str) -> dict:
+        defs = build_definitions(self.settings.model_copy(update=gate)) if gate else self.defs
+        before = self.store.get_alias("production")
+        result = defs.resolve_job_def("evaluate_and_promote").execute_in_process(
+            instance=self.instance, raise_on_error=False,
+            run_config={"ops": {"retrieval_eval": {"config": {"gold_path": str(gold or self.gold),
+                                                              "index_version": version}}},
+                        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}})
+        checks = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data
+                  for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+        evaluation = next((e.step_materialization_data.materialization.metadata
+                           for e in result.get_asset_materialization_events()
+                           if e.step_materialization_data.materialization.asset_key.path[-1] == "retrieval_eval"), None)
+        promoted = bool(result.asset_materializations_for_node("promoted_index"))
+        if evaluation is None:  # the evaluation refused to run (e.g. an embedder it cannot load)
+            from contextual_assets.app.ingest_runs import failure_message
+
+            reasons = [f"evaluation failed: {failure_message(result)}"]
+            metrics = dict.fromkeys(METRICS, None)
+        else:
+            reasons = [r for r in checks["eval_gate"].metadata["reasons"].value.split("; ") if r != "none"]
+            metrics = {m: evaluation[f"hybrid_{m}"].value for m in METRICS}
+        return {"name": name, "index_version": version, "blocked": not promoted, "reasons": reasons,
+                "production_before": before, "production_after": self.store.get_alias("production"), **metrics}
+
+    def derive(self, transform, **kwargs) -> str:
+        return derive_version(self.store, kwargs.pop("embedder", self.embedder), self.good, transform, **kwargs)
+
+    def write_gold(self, name: str, tasks: list[GoldTask]) -> Path:
+        return write_gold(self.workdir / f"{name}.jsonl", tasks)
+
+
+def retrieved_tasks(team: RedTeam) -> tuple[list[GoldTask], list[GoldTask]]:
+    """(tasks the good version retrieves in its top 20, the others), from a plain evaluation."""
+    from eval_assets.evaluate import evaluate
+
+    gold = load_gold(team.gold)
+    report = evaluate(team.store, team.embedder, gold, team.good, modes=("hybrid",))
+    hits = {t.task_id for t in report.tasks if t.status == "living" and t.pass_at_20 > 0}
+    return [t for t in gold.tasks if t.id in hits], [t for t in gold.tasks if t.id not in hits]
+
+
+def alias_swap(workdir: Path, samples: list[tuple[str, Path]]) -> dict:
+    """Headers from a simulated fleet whose served name is then moved to other weights: the next
+    ingest must build a new index version (never mixing in cached old-model headers), and production
+    must not change without an evaluation."""
+    with FleetSimulator([ReplicaSpec(root="org/model-a")], time_scale=0.01) as sim:
+        settings = PlatformSettings(home=str(workdir), inbox=str(workdir / "inbox"),
+                                    duckdb_path=str(workdir / "swap.duckdb"), header_source="openai",
+                                    llm_base_urls=sim.base_urls[0])
+        defs, resources = build_definitions(settings), build_resources(settings)
+        store = resources["store"].open()
+        with dg.DagsterInstance.ephemeral() as instance:
+            register_sources(store, instance, samples)
+            assert all(o.success for o in ingest_partitions(defs, instance, samples, log_level="ERROR"))
+            (before,) = [v["index_version"] for v in store.index_versions()]
+            store.set_alias("production", before, "red team: promoted")
+            httpx.post(f"{sim.admin_urls[0]}/model", json={"root": "org/model-b"}, timeout=10).raise_for_status()
+            DEFAULT_DISCOVERY.clear()
+            close_fleets()
+            result = ingest_partitions(defs, instance, samples, log_level="ERROR")
+            after = [v["index_version"] for v in store.index_versions() if v["index_version"] != before]
+            cache_hits = sum(int(m.metadata["cache_hits"].value) for m in _materializations(instance, "chunk_headers")
+                             if m.metadata["index_version"].value in after)
+        close_fleets()
+    reasons = []
+    if after:
+        reasons.append(f"weights behind 'sim-model' changed: new index version {after[0]} (was {before})")
+    if cache_hits == 0:
+        reasons.append("no header of the old weights reused (0 cache hits)")
+    production = store.get_alias("production")
+    if production == before:
+        reasons.append(f"production stays {before} until the new version passes the gate")
+    blocked = bool(after) and cache_hits == 0 and production == before and all(o.success for o in result)
+    return {"name": "alias_swap", "index_version": after[0] if after else before, "blocked": blocked,
+            "reasons": reasons, "production_before": before, "production_after": production,
+            **dict.fromkeys(METRICS, None)}
+
+
+def _materializations(instance: dg.DagsterInstance, asset: str) -> list:
+    records = instance.fetch_materializations(dg.AssetKey(asset), limit=1000).records
+    return [r.asset_materialization for r in records]
+
+
+def run(dataset: Path, gold: Path, workdir: Path, floors: dict[str, float] | None, tolerance: float) -> dict:
+    team = RedTeam(workdir, dataset, gold, floors, tolerance)
+    rows: dict[str, dict] = {}
+    retrieved, missed = retrieved_tasks(team)
+
+    # No production yet: the only tasks left living are ones the candidate misses.
+    vacuous = team.derive(remove_evidence(retrieved), name="vacuous")
+    rows["vacuous_first_promotion"] = team.evaluate("vacuous_first_promotion", vacuous)
+    good = team.evaluate("good", team.good)
+
+    partial = team.derive("unchanged", name="partial", drop_docs=(team.sources[-1][0],))
+    rows["partial_candidate"] = team.evaluate("partial_candidate", partial)
+
+    gold = load_gold(team.gold)
+    retired = [GoldTask(id=f"retired-{i}", query=t.query, evidence=[e.model_copy(update={"doc_id": "retired_manual.md"})
+                                                                   for e in t.evidence])
+               for i, t in enumerate(gold.tasks[: max(1, int(0.43 * len(gold.tasks)))])]
+    stale_gold = team.write_gold("stale_gold", [*gold.tasks, *retired])  # 30 % of tasks stale
+    rows["stale_gold"] = team.evaluate("stale_gold", team.derive("unchanged", name="same_chunks"), gold=stale_gold)
+
+    lost = retrieved[:: max(1, round(len(retrieved) / max(1, round(0.04 * len(gold.tasks)))))]
+    rows["lost_evidence"] = team.evaluate("lost_evidence", team.derive(remove_evidence(lost), name="lost"))
+
+    rows["alias_swap"] = alias_swap(workdir / "alias_swap", team.sources[1:3])
+
+    # Every task "reviewed", in scope (this version, this evaluator) but expired.
+    swapped = team.derive("swap_headers")
+    evaluator, _ = evaluator_identity(team.embedder, gold, MODES)
+    exceptions = workdir / "exceptions.yaml"
+    exceptions.write_text("".join(
+        f"- {{task_id: {t.id}, reason: reworded, reviewer: qa, date: 2020-01-02, expires: 2020-06-30, "
+        f"index_version: {swapped}, evaluator_id: {evaluator}}}\n" for t in gold.tasks))
+    rows["expired_exception"] = team.evaluate("expired_exception", swapped, gate_exceptions_path=str(exceptions))
+
+    with FleetSimulator([ReplicaSpec(serve_embeddings=True, embedding_dim=team.embedder.dimension)],
+                        time_scale=0.01) as sim:
+        other = OpenAIEmbedder(sim.base_urls[0], "sim-embed")
+        swap = team.derive("unchanged", name="embedder_swap", embedder=other,
+                           recipe={"embedder": {"identity": other.identity, "base_url": sim.base_urls[0],
+                                                "model": "sim-embed"}})
+        rows["embedder_swap"] = team.evaluate("embedder_swap", swap)
+
+    rows["swapped_headers"] = team.evaluate("swapped_headers", swapped)
+    rows["truncated_chunks"] = team.evaluate("truncated_chunks", team.derive("truncate_first_line"))
+    red_team = [rows[name] for name in RED_TEAM]
+    return {"dataset": str(dataset), "gold": str(gold.name), "floors": json.loads(team.settings.gate_floors_json),
+            "tolerance": tolerance, "good": good, "good_promoted": good["production_after"] == team.good,
+            "red_team": red_team, "all_blocked": all(r["blocked"] for r in red_team)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", type=Path, default=Path("../shared/datasets/anthropic-codebase"))
     parser.add_argument("--gold", type=Path, default=None)
-    parser.add_argument("--floors", default='{"pass_at_10": 0.6}')
-    parser.add_argument("--tolerance", type=float, default=0.02)
+    parser.add_argument("--floors", default=None, help="JSON floors (default: the shipped CTX_GATE_FLOORS default)")
+    parser.add_argument("--tolerance", type=float, default=PlatformSettings.default("gate_tolerance"))
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     gold = args.gold or args.dataset / "evaluation_set.dev.jsonl"
     with tempfile.TemporaryDirectory(prefix="ctx-gate-") as tmp:
-        result = run(args.dataset, gold, Path(tmp), json.loads(args.floors), args.tolerance)
-    print(f"{'candidate':20s} {'P@5':>6s} {'P@10':>6s} {'P@20':>6s} {'MRR':>6s} {'nDCG':>6s} {'living':>6s} "
-          f"{'broken':>6s}  gate    promoted  reasons")
-    for row in result["rows"]:
-        print(f"{row['candidate']:20s} {100 * row['pass_at_5']:6.1f} {100 * row['pass_at_10']:6.1f} "
-              f"{100 * row['pass_at_20']:6.1f} {100 * row['mrr']:6.1f} {100 * row['ndcg_at_10']:6.1f} "
-              f"{row['n_living']:6d} {row['n_broken']:6d}  {'pass' if row['gate_passed'] else 'FAIL':6s}  "
-              f"{'yes' if row['promoted'] else 'no':8s}  {row['reasons'][:90]}")
-    print(f"production -> {result['rows'][-1]['production_after']} (the good version: "
-          f"{result['rows'][-1]['production_after'] == result['rows'][0]['index_version']})")
+        result = run(args.dataset, gold, Path(tmp), json.loads(args.floors) if args.floors else None, args.tolerance)
+    print(f"{'case':25s} {'P@5':>6s} {'P@10':>6s} {'MRR':>6s}  blocked  reasons")
+    for row in [result["good"], *result["red_team"]]:
+        cells = " ".join(f"{100 * row[m]:6.1f}" if row[m] is not None else f"{'-':>6s}"
+                         for m in ("pass_at_5", "pass_at_10", "mrr"))
+        print(f"{row['name']:25s} {cells}  {'yes' if row['blocked'] else 'NO':7s}  {'; '.join(row['reasons'])[:110]}")
+    print(f"good promoted: {result['good_promoted']}; every planted failure blocked: {result['all_blocked']}")
     write_json(args.json, result)
-    return 0
+    return 0 if result["good_promoted"] and result["all_blocked"] else 1
 
 
 if __name__ == "__main__":

@@ -64,9 +64,15 @@ class PlatformSettings(BaseSettings):
     max_pdf_pages: int = Field(DEFAULT_MAX_PDF_PAGES, ge=1, description="an integer >= 1")
     partitions_per_run: int = Field(200, ge=1, description="documents per ingest run, an integer >= 1")
     gold_path: str = Field("", validation_alias="CTX_GOLD_FILE", description="a gold file (JSONL or YAML)")
-    gate_floors_json: str = Field("{}", validation_alias="CTX_GATE_FLOORS",
+    source_root: str = Field("", description="a folder: files under it are keyed by their path relative to it "
+                                             "(empty: the current directory)")
+    gate_floors_json: str = Field('{"pass_at_10": 0.5, "mrr": 0.25}', validation_alias="CTX_GATE_FLOORS",
                                   description='a JSON object of metric floors, e.g. {"pass_at_10": 0.6}')
     gate_tolerance: float = Field(0.02, ge=0, le=1, description="a number from 0 to 1")
+    gate_max_unhealthy_share: float = Field(0.2, ge=0, le=1, description="a number from 0 to 1 (largest stale+broken "
+                                                                        "gold share a candidate may have)")
+    gate_min_coverage: float = Field(1.0, ge=0, le=1, description="a number from 0 to 1 (share of live documents "
+                                                                 "a candidate must hold at their current revision)")
     gate_exceptions_path: str = Field("", validation_alias="CTX_GATE_EXCEPTIONS",
                                       description="a YAML or JSONL file of reviewed exceptions")
 

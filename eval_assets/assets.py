@@ -4,8 +4,12 @@
 # No `from __future__ import annotations` here: Dagster (1.13) cannot resolve a string annotation
 # on an asset's `config` parameter to its Config class.
 import os
+from datetime import date
 
 import dagster as dg
+
+from contextual_assets.coverage import coverage_of, live_documents, production_lag
+from contextual_assets.errors import ContextualError
 
 from contextual_assets.defs.resources import (
     ChunkStoreResource,
@@ -18,7 +22,7 @@ from contextual_assets.defs.resources import (
 from .dashboard import comparison_table, metric_metadata, regressions_table
 from .diagnostics import header_diagnostics
 from .evaluate import evaluate, save_report, section_diagnostics
-from .gate import decide
+from .gate import ExceptionScope, decide
 from .gold.gold_set import load_gold
 from .ranking_metrics import worst_regressions
 from .resources import EvalGateResource
@@ -31,11 +35,23 @@ class RetrievalEvalConfig(dg.Config):
     index_version: str = ""  # the candidate; empty: the version the current settings build
 
 
+def version_embedder(store, embedder: EmbedderResource, index_version: str, role: str):
+    """The embedder `index_version` was built with; the evaluation fails rather than score with another."""
+    record = store.index_version(index_version)
+    if record is None:
+        return embedder.get()  # an unregistered version holds no chunks; the caller reports that
+    try:
+        return embedder.for_identity(record["fingerprint"]["embedder"], (record["recipe"] or {}).get("embedder"))
+    except ContextualError as exc:
+        raise dg.Failure(description=f"cannot evaluate the {role} {index_version}: {exc}") from None
+
+
 @dg.asset(
     deps=["chunk_embeddings"],
     group_name=EVAL_GROUP,
     kinds={"python"},
-    description="The gold set against the candidate index version and the promoted one, side by side.",
+    description="The gold set against the candidate index version and the promoted one, side by side, each "
+                "searched with its own embedder; the candidate's coverage of the live documents.",
 )
 def retrieval_eval(
     context: dg.AssetExecutionContext,
@@ -50,19 +66,31 @@ def retrieval_eval(
     if not gold_path:
         raise dg.Failure(description="no gold file: set CTX_GOLD_FILE or the gold_path run config")
     gold = load_gold(gold_path)
-    candidate = config.index_version or current_index_version(headers, embedder, parsing)
+    try:
+        candidate = config.index_version or current_index_version(headers, embedder, parsing)
+        exceptions = gate.exceptions()
+        policy = gate.policy()
+    except ContextualError as exc:
+        raise dg.Failure(description=str(exc)) from None
     chunk_store = store.open()
     if chunk_store.count_chunks(candidate) == 0:
         raise dg.Failure(description=f"index version {candidate} holds no chunks; ingest documents first")
-    model = embedder.get()
-    report = evaluate(chunk_store, model, gold, candidate)
+    report = evaluate(chunk_store, version_embedder(chunk_store, embedder, candidate, "candidate"), gold, candidate)
     production_version = chunk_store.get_alias(gate.alias)
     baseline = None
     if production_version and production_version != candidate and chunk_store.count_chunks(production_version):
-        baseline = evaluate(chunk_store, model, gold, production_version)  # same evaluator, same gold
+        # Production scored with its own embedder against its own vectors, on the same gold.
+        baseline = evaluate(chunk_store, version_embedder(chunk_store, embedder, production_version, "production"),
+                            gold, production_version)
         save_report(chunk_store, baseline)
-    policy = gate.policy()
-    decision = decide(report.rows(), baseline.rows() if baseline else None, policy, gate.exceptions())
+    coverage = coverage_of(chunk_store, candidate, live_documents(chunk_store, production_version))
+    blocking = [coverage.summary()] if coverage.share < gate.min_coverage or (
+        gate.min_coverage >= 1.0 and not coverage.complete) else []
+    record = chunk_store.index_version(candidate)
+    scope = ExceptionScope(index_version=candidate, evaluator_id=report.evaluator_id, today=date.today(),
+                           header_model=record["fingerprint"]["header_model"] if record else "")
+    decision = decide(report.rows(), baseline.rows() if baseline else None, policy, exceptions, scope=scope,
+                      blocking=blocking)
     save_report(chunk_store, report, gate=decision.model_dump(mode="json"))
     ranks = lambda r: {t.task_id: t.first_rank for t in r.tasks if t.mode == policy.mode and t.status == "living"}  # noqa: E731
     regressions = worst_regressions(ranks(baseline), ranks(report), {t.id: t.query for t in gold.tasks}) if baseline else []
@@ -75,6 +103,7 @@ def retrieval_eval(
         "run_id": report.run_id,
         "evaluator_id": report.evaluator_id,
         "evaluator": dg.MetadataValue.json(report.evaluator),
+        "production_evaluator_id": baseline.evaluator_id if baseline else "none",
         "gold_set": gold.name,
         "gold_sha256": gold.sha256[:16],
         "n_tasks": len(gold.tasks),
@@ -82,6 +111,8 @@ def retrieval_eval(
         "n_stale": len(report.stale),
         "n_broken": len(report.broken),
         "unhealthy_share": round(report.unhealthy_share, 4),
+        "coverage": dg.MetadataValue.json(coverage.metadata()),
+        "coverage_share": round(coverage.share, 4),
         "gate_passed": decision.passed,
         "gate_reasons": "; ".join(decision.reasons) or "none",
         "comparison": dg.MetadataValue.md(comparison_table(report, baseline, decision)),
@@ -93,25 +124,37 @@ def retrieval_eval(
 
 
 def _latest_eval(context, store: ChunkStoreResource) -> tuple[dict, dict]:
-    event = context.instance.get_latest_materialization_event(dg.AssetKey("retrieval_eval"))
-    if event is None:
+    """The evaluation this run materialized (a concurrent run's must never be read as ours); a check
+    executed on its own reads the latest one and says so."""
+    records = context.instance.fetch_materializations(dg.AssetKey("retrieval_eval"), limit=100).records
+    if not records:
         raise dg.Failure(description="retrieval_eval has not been materialized")
-    metadata = event.asset_materialization.metadata
-    run = store.open().latest_eval_run(metadata["candidate_version"].value, metadata["evaluator_id"].value)
-    if run is None or run["run_id"] != metadata["run_id"].value:
-        raise dg.Failure(description="the latest evaluation run is missing from the store")
-    return run, {k: v.value for k, v in metadata.items()}
+    own = [r for r in records if r.run_id == context.run.run_id]
+    record = own[0] if own else records[0]
+    metadata = record.asset_materialization.metadata
+    run = store.open().eval_run(metadata["run_id"].value)
+    if run is None:
+        raise dg.Failure(description="the evaluation run is missing from the store")
+    values = {k: v.value for k, v in metadata.items()}
+    values["evaluated_in_run"] = record.run_id
+    return run, values
 
 
-@dg.asset_check(asset=retrieval_eval, blocking=True, description="Floors and no regression against production.")
+@dg.asset_check(asset=retrieval_eval, blocking=True,
+                description="Floors, coverage, stale+broken ceiling, and no regression against production "
+                            "(tolerance and significance).")
 def eval_gate(context: dg.AssetCheckExecutionContext, store: ChunkStoreResource) -> dg.AssetCheckResult:
-    run, _ = _latest_eval(context, store)
+    run, evaluation = _latest_eval(context, store)
     gate = run["gate"]
     verdicts = {v["metric"]: v for v in gate["verdicts"]}
     metadata = {
         "candidate_version": run["index_version"],
+        "evaluated_in_run": evaluation["evaluated_in_run"],
         "compared_tasks": gate["compared_tasks"],
         "excepted_tasks": ", ".join(gate["excepted_tasks"]) or "none",
+        "ignored_exceptions": "; ".join(gate.get("ignored_exceptions") or []) or "none",
+        "lost_tasks": ", ".join(gate.get("lost_tasks") or []) or "none",
+        "coverage_share": evaluation.get("coverage_share", 0.0),
         "reasons": "; ".join(gate["reasons"]) or "none",
     }
     for metric, verdict in verdicts.items():
@@ -119,6 +162,9 @@ def eval_gate(context: dg.AssetCheckExecutionContext, store: ChunkStoreResource)
         metadata[f"{metric}_with_exceptions"] = round(verdict["candidate"], 4)
         if verdict["delta"] is not None:
             metadata[f"{metric}_delta"] = round(verdict["delta"], 4)
+        if verdict.get("ci_high") is not None:
+            metadata[f"{metric}_delta_ci"] = f"{verdict['ci_low']:+.4f}..{verdict['ci_high']:+.4f}"
+            metadata[f"{metric}_sign_p"] = round(verdict["p_sign"], 4)
     return dg.AssetCheckResult(passed=gate["passed"], severity=dg.AssetCheckSeverity.ERROR, metadata=metadata)
 
 
@@ -167,8 +213,7 @@ def promoted_index(context: dg.AssetExecutionContext, store: ChunkStoreResource,
                    gate: EvalGateResource) -> dg.MaterializeResult:
     run, metadata = _latest_eval(context, store)
     candidate = run["index_version"]
-    event = context.instance.get_latest_materialization_event(dg.AssetKey("retrieval_eval"))
-    if event.run_id != context.run.run_id:
+    if metadata["evaluated_in_run"] != context.run.run_id:
         raise dg.Failure(description="promoted_index promotes only the evaluation of its own run: run "
                                      "evaluate_and_promote (retrieval_eval + its checks + promoted_index) together")
     if not run["gate"] or not run["gate"]["passed"]:
@@ -189,5 +234,22 @@ def promoted_index(context: dg.AssetExecutionContext, store: ChunkStoreResource,
     })
 
 
+@dg.asset_check(asset=promoted_index, description="Documents missing from or outdated in the promoted version "
+                                                   "(ingest keeps it fresh while its recipe still builds it).")
+def production_freshness(store: ChunkStoreResource, gate: EvalGateResource) -> dg.AssetCheckResult:
+    lag = production_lag(store.open(), gate.alias)
+    if lag is None:
+        return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.WARN,
+                                   metadata={"note": f"nothing is promoted to {gate.alias} yet"})
+    return dg.AssetCheckResult(
+        passed=lag.complete, severity=dg.AssetCheckSeverity.WARN,
+        description=None if lag.complete else lag.summary(gate.alias),
+        metadata={"index_version": lag.index_version, "live": lag.live, "covered": lag.covered,
+                  "missing": len(lag.missing), "outdated": len(lag.outdated),
+                  "missing_ids": ", ".join(lag.missing[:50]) or "none",
+                  "outdated_ids": ", ".join(lag.outdated[:50]) or "none"},
+    )
+
+
 eval_assets_list = [retrieval_eval, promoted_index]
-eval_checks = [eval_gate, gold_hygiene, header_diagnostics_check]
+eval_checks = [eval_gate, gold_hygiene, header_diagnostics_check, production_freshness]

@@ -13,20 +13,27 @@ def metric_metadata(report: EvalReport) -> dict[str, float]:
     return {f"{mode}_{name}": round(getattr(m, name), 4) for mode, m in report.metrics.items() for name in METRICS}
 
 
+def _number(value: float | None, spec: str = ".3f") -> str:
+    return format(value, spec) if value is not None else "-"
+
+
 def comparison_table(candidate: EvalReport, production: EvalReport | None, decision: GateDecision) -> str:
     lines = [
-        f"**Gate {'passed' if decision.passed else 'FAILED'}** on {decision.compared_tasks} living tasks "
-        f"(mode {decision.mode}; {len(candidate.stale)} stale, {len(candidate.broken)} broken excluded).",
+        (f"**Gate {'passed' if decision.passed else 'FAILED'}** on {decision.compared_tasks} compared tasks "
+         f"(mode {decision.mode}; {len(candidate.stale)} stale, {len(candidate.broken)} broken in the candidate; "
+         f"{len(decision.lost_tasks)} living in production counted as misses)."),
         "",
-        "| metric | candidate (raw) | candidate (with exceptions) | production | delta | floor | verdict |",
-        "|---|---|---|---|---|---|---|",
+        ("| metric | candidate (raw) | candidate (with exceptions) | candidate (compared) | production | delta "
+         "| CI | sign p | tolerance | floor | verdict |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in decision.verdicts:
-        production_text = f"{v.production:.3f}" if v.production is not None else "-"
-        delta_text = f"{v.delta:+.3f}" if v.delta is not None else "-"
-        floor_text = f"{v.floor:.3f}" if v.floor is not None else "-"
-        lines.append(f"| {v.metric} | {v.candidate_raw:.3f} | {v.candidate:.3f} | {production_text} | {delta_text} | "
-                     f"{floor_text} | {'ok' if v.passed else v.reason} |")
+        ci_text = f"{v.ci_low:+.3f}..{v.ci_high:+.3f}" if v.ci_low is not None and v.ci_high is not None else "-"
+        if v.significant_drop:
+            ci_text += " (significant drop)"
+        lines.append(f"| {v.metric} | {v.candidate_raw:.3f} | {v.candidate:.3f} | {_number(v.candidate_compared)} | "
+                     f"{_number(v.production)} | {_number(v.delta, '+.3f')} | {ci_text} | {_number(v.p_sign, '.3g')} | "
+                     f"{_number(v.effective_tolerance)} | {_number(v.floor)} | {'ok' if v.passed else v.reason} |")
     lines += ["", "| mode | Pass@5 | Pass@10 | Pass@20 | MRR | nDCG@10 |", "|---|---|---|---|---|---|"]
     for label, report in (("candidate", candidate), ("production", production)):
         if report is None:
@@ -34,8 +41,16 @@ def comparison_table(candidate: EvalReport, production: EvalReport | None, decis
         for mode, m in report.metrics.items():
             lines.append(f"| {label} {mode} | {m.pass_at_5:.3f} | {m.pass_at_10:.3f} | {m.pass_at_20:.3f} | "
                          f"{m.mrr:.3f} | {m.ndcg_at_10:.3f} |")
+    lines.append("")
+    lines.append("- Lost tasks (living in production, not in the candidate): "
+                 + (", ".join(decision.lost_tasks) or "none"))
+    lines.append("- Reviewed exceptions applied: " + (", ".join(decision.excepted_tasks) or "none"))
+    if decision.ignored_exceptions:
+        lines.append("- Exceptions not applied: " + "; ".join(decision.ignored_exceptions))
+    if decision.notes:
+        lines.append("- Notes: " + "; ".join(decision.notes))
     if decision.reasons:
-        lines += ["", "Reasons: " + "; ".join(decision.reasons)]
+        lines.append("- Reasons: " + "; ".join(decision.reasons))
     return "\n".join(lines)
 
 

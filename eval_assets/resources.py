@@ -5,30 +5,40 @@ from __future__ import annotations
 import json
 
 import dagster as dg
+from pydantic import ValidationError
 
+from contextual_assets.errors import ConfigurationError
 from contextual_assets.settings import PlatformSettings
 
 from .gate import GatePolicy, ReviewedException, load_exceptions
 
-_policy_default = lambda name: GatePolicy.model_fields[name].default  # noqa: E731
+_policy_default = lambda name: GatePolicy.model_fields[name].default
 
 
 class EvalGateResource(dg.ConfigurableResource):
     """Gate policy: floors as JSON (`CTX_GATE_FLOORS='{"pass_at_10": 0.6}'`), a tolerance against
-    production (`CTX_GATE_TOLERANCE`), reviewed exceptions (`CTX_GATE_EXCEPTIONS`), the alias name."""
+    production (`CTX_GATE_TOLERANCE`), a ceiling on the stale+broken gold share, the share of live
+    documents a candidate must cover (`min_coverage`, checked by the caller), reviewed exceptions
+    (`CTX_GATE_EXCEPTIONS`), the alias name."""
 
     gold_path: str = ""
     mode: str = _policy_default("mode")
     floors_json: str = PlatformSettings.default("gate_floors_json")
     tolerance: float = PlatformSettings.default("gate_tolerance")
     max_unhealthy_increase: float = _policy_default("max_unhealthy_increase")
+    max_unhealthy_share: float = PlatformSettings.default("gate_max_unhealthy_share")
+    min_coverage: float = PlatformSettings.default("gate_min_coverage")
     hygiene_warn_share: float = 0.1
     exceptions_path: str = ""
     alias: str = "production"
 
     def policy(self) -> GatePolicy:
-        return GatePolicy(mode=self.mode, floors=json.loads(self.floors_json or "{}"), tolerance=self.tolerance,
-                          max_unhealthy_increase=self.max_unhealthy_increase)
+        try:
+            return GatePolicy(mode=self.mode, floors=json.loads(self.floors_json or "{}"), tolerance=self.tolerance,
+                              max_unhealthy_increase=self.max_unhealthy_increase,
+                              max_unhealthy_share=self.max_unhealthy_share)
+        except (ValueError, ValidationError) as exc:  # a bad floor is a configuration error, named as such
+            raise ConfigurationError(f"gate policy (CTX_GATE_FLOORS={self.floors_json!r}): {str(exc)[:300]}") from None
 
     def exceptions(self) -> list[ReviewedException]:
         return load_exceptions(self.exceptions_path or None)

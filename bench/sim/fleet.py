@@ -9,12 +9,18 @@ Each replica is a Starlette app served by its own ``uvicorn.Server`` on ``127.0.
 replicas of a fleet share one asyncio event loop (uvloop when installed) in one background thread.
 Endpoints per replica::
 
-    GET  /v1/models             chat model (+ "sim-embed" when serve_embeddings) with max_model_len
+    GET  /v1/models             chat model (+ "sim-embed" when serve_embeddings) with root, parent and
+                                max_model_len, as vLLM reports them (root: the weights, default the
+                                served name; parent: a LoRA adapter's base model, else null)
     POST /v1/chat/completions   non-streaming chat completions, usage, finish_reason, max_tokens
     POST /v1/embeddings         deterministic unit vectors (dim 32) when serve_embeddings
     GET  /metrics               Prometheus text with vLLM metric names (model_name label)
     GET  /health                200 while the replica is up
     GET|POST /admin/faults      read / partially update this replica's fault injection (JSON)
+    GET|POST /admin/model       read / change the weights behind the served name: POST
+                                {"root": "...", "parent": ...} (either key; root null = the served name)
+                                answers the new /v1/models entry. Simulates a compatibility alias moved
+                                to other weights (the name, the answers and the costs stay the same)
     GET  /admin/stats           this replica's accounting (same dict as FleetSimulator.stats()[i])
 
 Tokens are whitespace-separated words. The prompt of a chat request is the concatenation of
@@ -166,6 +172,8 @@ class ReplicaSpec:
 
     speed: float = 1.0  # 1.0 nominal; 0.775 = every cost / 0.775 (29 % slower)
     model_name: str = "sim-model"
+    root: str | None = None  # the weights /v1/models reports for model_name (None: model_name itself)
+    parent: str | None = None  # a LoRA adapter's base model (None: not an adapter)
     max_model_len: int = 32768
     max_num_seqs: int = 64
     block_size: int = 16
@@ -313,6 +321,8 @@ class Replica:
         self.fleet = fleet
         self.port = sock_port
         self.faults = dataclasses.replace(spec.faults)
+        self.root = spec.root
+        self.parent = spec.parent
         self.rng = random.Random(self._fault_seed())
         self.cache = PrefixCache(spec.block_size, spec.prefix_cache_blocks)
         self.waiting: collections.deque[_Seq] = collections.deque()
@@ -422,6 +432,26 @@ class Replica:
         if "kill_at_s" in changes or "restart_at_s" in changes:
             self._reschedule()
         return dataclasses.asdict(self.faults)
+
+    # ---- served weights
+
+    def model_entry(self) -> dict:
+        """The chat model's /v1/models entry."""
+        spec = self.spec
+        return {"id": spec.model_name, "object": "model", "created": int(self.fleet.started_wall), "owned_by": "sim",
+                "root": self.root or spec.model_name, "parent": self.parent, "max_model_len": spec.max_model_len}
+
+    def set_model(self, **changes: Any) -> dict:
+        """Change the weights behind the served name (keys `root`, `parent`; None resets); the new entry."""
+        unknown = set(changes) - {"root", "parent"}
+        if unknown:
+            raise ValueError(f"unknown model settings {sorted(unknown)} (root, parent)")
+        for key, value in changes.items():
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{key} must be a non-empty string or null, got {value!r}")
+        self.root = changes.get("root", self.root)
+        self.parent = changes.get("parent", self.parent)
+        return self.model_entry()
 
     def _reschedule(self) -> None:
         if self.schedule_task is not None:
@@ -588,9 +618,7 @@ class Replica:
         from starlette.routing import Route
 
         async def models(request):
-            data = [{"id": self.spec.model_name, "object": "model", "created": int(self.fleet.started_wall),
-                     "owned_by": "sim", "root": self.spec.model_name, "parent": None,
-                     "max_model_len": self.spec.max_model_len}]
+            data = [self.model_entry()]
             if self.spec.serve_embeddings:
                 data.append({"id": self.spec.embedding_model, "object": "model",
                              "created": int(self.fleet.started_wall), "owned_by": "sim",
@@ -615,6 +643,17 @@ class Replica:
                     return _error(400, str(exc), "BadRequestError")
             return JSONResponse(dataclasses.asdict(self.faults))
 
+        async def admin_model(request):
+            if request.method == "POST":
+                try:
+                    body = await request.json()
+                    if not isinstance(body, dict):
+                        raise TypeError("expected a JSON object")
+                    return JSONResponse(self.set_model(**body))
+                except (ValueError, TypeError) as exc:
+                    return _error(400, str(exc), "BadRequestError")
+            return JSONResponse(self.model_entry())
+
         async def admin_stats(request):
             return JSONResponse(self.stats())
 
@@ -625,6 +664,7 @@ class Replica:
             Route("/metrics", metrics, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/admin/faults", admin_faults, methods=["GET", "POST"]),
+            Route("/admin/model", admin_model, methods=["GET", "POST"]),
             Route("/admin/stats", admin_stats, methods=["GET"]),
         ])
 
@@ -962,6 +1002,11 @@ class FleetSimulator:
         """Partially update replica i's FaultConfig; returns the new settings."""
         return self._call_sync(self.replicas[i].set_faults, **faults)
 
+    def set_model(self, i: int, **changes: Any) -> dict:
+        """Change the weights behind replica i's served name (`root`, `parent`); returns its new
+        /v1/models entry. Simulates an alias swapped to other weights."""
+        return self._call_sync(self.replicas[i].set_model, **changes)
+
     def get_faults(self, i: int) -> dict:
         return self._call_sync(lambda: dataclasses.asdict(self.replicas[i].faults))
 
@@ -985,6 +1030,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="sim-model")
+    parser.add_argument("--root", default=None, help="the weights /v1/models reports for --model (default: --model)")
+    parser.add_argument("--parent", default=None, help="a LoRA adapter's base model for /v1/models (default: none)")
     parser.add_argument("--max-model-len", type=int, default=32768)
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--output-tokens-mean", type=int, default=50)
@@ -1002,7 +1049,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(speeds) != n:
         parser.error(f"--speeds has {len(speeds)} values for {n} replicas")
     faults = {int(k): v for k, v in json.loads(args.faults).items()}
-    specs = [ReplicaSpec(speed=speeds[i], model_name=args.model, max_model_len=args.max_model_len,
+    specs = [ReplicaSpec(speed=speeds[i], model_name=args.model, root=args.root, parent=args.parent,
+                         max_model_len=args.max_model_len,
                          max_num_seqs=args.max_num_seqs, output_tokens_mean=args.output_tokens_mean,
                          serve_embeddings=args.embeddings, port=(args.base_port + i) if args.base_port else 0,
                          faults=FaultConfig(**faults.get(i, {})))
@@ -1013,7 +1061,8 @@ def main(argv: list[str] | None = None) -> int:
     fleet = FleetSimulator(specs, time_scale=args.time_scale, seed=args.seed).start()
     try:
         info = {"base_urls": fleet.base_urls, "admin_urls": fleet.admin_urls, "pid": os.getpid(),
-                "time_scale": args.time_scale, "speeds": speeds, "model": args.model}
+                "time_scale": args.time_scale, "speeds": speeds, "model": args.model,
+                "root": args.root or args.model}
         if args.port_file:
             tmp = f"{args.port_file}.tmp{os.getpid()}"
             with open(tmp, "w") as fh:

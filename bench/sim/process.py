@@ -26,12 +26,14 @@ class SimFleet:
 
     @classmethod
     def start(cls, workdir: Path, time_scale: float, speeds: tuple[float, ...] | list[float] = DEFAULT_SPEEDS,
-              max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> SimFleet:
-        """A cold simulator process; its port file is written under `workdir`."""
+              max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, root: str | None = None) -> SimFleet:
+        """A cold simulator process; its port file is written under `workdir`. `root`: the weights its
+        /v1/models reports for the served name (default: the name)."""
         port_file = workdir / f"sim-{time.monotonic_ns()}.json"
         proc = subprocess.Popen(
             [sys.executable, "-m", "bench.sim", "--speeds", ",".join(map(str, speeds)),
-             "--max-num-seqs", str(max_num_seqs), "--time-scale", str(time_scale), "--port-file", str(port_file)],
+             "--max-num-seqs", str(max_num_seqs), "--time-scale", str(time_scale), "--port-file", str(port_file),
+             *(["--root", root] if root else [])],
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 60
@@ -45,6 +47,13 @@ class SimFleet:
 
     def stats(self) -> list[dict]:
         return [httpx.get(f"{url}/stats", timeout=10).json() for url in self.admin_urls]
+
+    def set_model(self, index: int, root: str | None, parent: str | None = None) -> dict:
+        """Swap the weights behind replica `index`'s served name (POST /admin/model); its new
+        /v1/models entry."""
+        response = httpx.post(f"{self.admin_urls[index]}/model", json={"root": root, "parent": parent}, timeout=10)
+        response.raise_for_status()
+        return response.json()
 
     def stop(self) -> None:
         self.proc.terminate()

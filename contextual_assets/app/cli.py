@@ -36,19 +36,24 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     )
 
     ensure_dagster_home(settings.home)
+    from pathlib import Path
+
     import dagster as dg
 
     from contextual_assets.defs.definitions import build_definitions
     from contextual_assets.defs.resources import build_resources
 
-    sources, refused = collect_sources(args.paths)
+    resources = build_resources(settings)
+    store = resources["store"].open()
+    sources, refused = collect_sources(
+        args.paths, inbox=Path(settings.inbox),
+        source_root=Path(settings.source_root) if settings.source_root else None,
+        registered={s.path: s.doc_id for s in store.list_sources()})
     for reason in refused:
         print(f"skipped: {reason}", file=sys.stderr)
     if not sources:
         print("nothing to ingest", file=sys.stderr)
         return EXIT_USAGE if not refused else EXIT_FAILED
-    resources = build_resources(settings)
-    store = resources["store"].open()
     defs = build_definitions(settings)
     with dg.DagsterInstance.get() as instance:
         register_sources(store, instance, sources)
@@ -68,6 +73,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     else:
         print(f"{len(outcomes) - len(failed)} ingested, {len(failed)} failed; store {store.location}; "
               f"index version {_current_version(resources)}")
+    from contextual_assets.coverage import production_lag
+
+    lag = production_lag(store)
+    if lag is not None and not lag.complete:
+        print(f"warning: {lag.summary('production')}: search serves production without them until a candidate "
+              "is promoted (`ctx status` lists them)", file=sys.stderr)
     return EXIT_FAILED if failed or refused else EXIT_OK
 
 
@@ -87,7 +98,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.mode == "lexical":
         hits = store.search_lexical(args.query, version, args.k)
     else:
-        vector = resources["embedder"].get().embed([args.query])[0]
+        # The version's own embedder: a query vector from another model would not match its vectors.
+        record = store.index_version(version) or {"fingerprint": {}, "recipe": None}
+        identity = record["fingerprint"].get("embedder") or resources["embedder"].identity()
+        model = resources["embedder"].for_identity(identity, (record["recipe"] or {}).get("embedder"))
+        vector = model.embed([args.query])[0]
         hits = (store.search_dense(vector, version, args.k) if args.mode == "dense"
                 else store.search_hybrid(args.query, vector, version, args.k))
     if args.json:
@@ -113,22 +128,36 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from contextual_assets.coverage import coverage_of, live_documents, production_lag
     from contextual_assets.defs.resources import build_resources
+    from contextual_assets.errors import ContextualError
 
     settings = _settings()
     resources = build_resources(settings)
     store = resources["store"].open()
     source, warning = resources["headers"].resolved_source()
+    try:
+        current = _current_version(resources)
+    except ContextualError as exc:  # e.g. the fleet is down: the rest of the status still helps
+        current, warning = None, f"current index version unknown: {exc}"
+    production = store.get_alias("production")
+    live = live_documents(store, production)
+    versions = store.index_versions()
+    for version in versions:
+        version["coverage"] = coverage_of(store, version["index_version"], live).metadata()
+    lag = production_lag(store)
     status = {
         "store": store.location,
         "schema_version": store.schema_version(),
         "inbox": os.path.abspath(settings.inbox),
         "header_source": source,
         "header_warning": warning,
-        "current_index_version": _current_version(resources),
-        "production": store.get_alias("production"),
+        "current_index_version": current,
+        "production": production,
         "sources": len(store.list_sources()),
-        "index_versions": store.index_versions(),
+        # What production misses of the registered documents (ingest keeps it fresh while it can).
+        "production_lag": lag.metadata() | {"index_version": lag.index_version} if lag is not None else None,
+        "index_versions": versions,
     }
     if args.json:
         print(json.dumps(status, indent=2))
@@ -137,10 +166,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"{key:22s} {status[key]}")
     if warning:
         print(f"{'note':22s} {warning}")
-    for v in status["index_versions"]:
-        fp = v["fingerprint"]
+    if lag is not None and not lag.complete:
+        print(f"{'production lag':22s} {lag.summary('production')}")
+    for v in versions:
+        fp, cov = v["fingerprint"], v["coverage"]
         print(f"  {v['index_version']}  {v['documents']:4d} docs {v['chunks']:6d} chunks  "
-              f"{fp['header_source']}/{fp['header_model']} {fp['embedder']} {fp['chunker']}")
+              f"{fp['header_source']}/{fp['header_model']} {fp['embedder']} {fp['chunker']}  "
+              f"covers {cov['covered']}/{cov['live']} live")
     return EXIT_OK
 
 
@@ -193,7 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctx", description="Contextual-retrieval ingestion platform")
     sub = parser.add_subparsers(dest="command", required=True)
     ingest = sub.add_parser("ingest", help="ingest files or folders through the Dagster assets")
-    ingest.add_argument("paths", nargs="+", help="files or folders; a folder's files are keyed <folder>/<relative path>")
+    ingest.add_argument("paths", nargs="+", help="files or folders; a file is keyed by its path relative to the "
+                        "inbox, else to CTX_SOURCE_ROOT (default: the current directory), else by its absolute path; "
+                        "a file ingested before keeps its key")
     ingest.add_argument("--json", action="store_true", help="print per-document outcomes as JSON")
     ingest.add_argument("-v", "--verbose", action="store_true", help="show Dagster's run logs")
     ingest.set_defaults(func=cmd_ingest)

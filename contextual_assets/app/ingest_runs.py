@@ -16,7 +16,7 @@ from contextual_assets.defs.partitions import (
     range_run_tags,
 )
 from contextual_assets.errors import DocumentError
-from contextual_assets.ingest.document_keys import key_for_path, partition_key_for
+from contextual_assets.ingest.document_keys import document_key, key_for_path
 from contextual_assets.ingest.inbox import file_sha256
 from contextual_assets.models import SourceRecord
 from contextual_assets.parsing import SUPPORTED_EXTENSIONS
@@ -44,11 +44,54 @@ def ensure_dagster_home(ctx_home: str) -> Path:
     return home
 
 
-def collect_sources(paths: Iterable[str | Path]) -> tuple[list[tuple[str, Path]], list[str]]:
-    """Files to ingest with their partition keys: a file's key is its name, a directory's files are
-    keyed `<dir name>/<relative path>`. Returns (sources, refusals)."""
-    sources: list[tuple[str, Path]] = []
+def collect_sources(
+    paths: Iterable[str | Path],
+    *,
+    inbox: Path,
+    source_root: Path | None = None,
+    registered: dict[str, str] | None = None,
+) -> tuple[list[tuple[str, Path]], list[str]]:
+    """Files to ingest with their document keys, and the refusals (with reasons).
+
+    A file's key follows from the file, not from how it was named, so re-ingesting it by any route
+    updates the same document: (1) the key it is already registered under (`registered` maps a
+    resolved path to its key, from `store.list_sources()`); else (2) its path relative to the inbox
+    when it resolves under it (the key the inbox sensor gives); else (3) relative to `source_root`
+    (default: the current directory); else (4) its whole resolved path. A folder's files are all
+    its non-hidden files; a link in it that resolves outside it is refused. The same file reached
+    twice is one source; two files never share a key (nor take one registered to another file
+    that still exists).
+    """
+    root = Path.cwd() if source_root is None else Path(source_root)
+    registered = registered or {}
+    owner_of = {key: path for path, key in registered.items()}  # registered key -> resolved path
+    unique: dict[str, Path] = {}
+    keyed: dict[Path, str] = {}  # resolved file -> its key in this call
     refused: list[str] = []
+
+    def add(file: Path) -> None:
+        resolved = file.resolve()
+        if resolved in keyed:
+            return
+        key = registered.get(str(resolved))
+        if key is None:
+            try:
+                key = document_key(resolved, inbox=Path(inbox), source_root=root)
+            except DocumentError as exc:
+                refused.append(str(exc))
+                return
+            owner = owner_of.get(key)
+            if owner is not None and Path(owner).exists() and Path(owner).resolve() != resolved:
+                refused.append(f"{file}: same document key '{key}' as {owner} (already ingested); rename one of "
+                               "them or set CTX_SOURCE_ROOT so the keys differ")
+                return
+        if key in unique:
+            refused.append(f"{file}: same document key '{key}' as {unique[key]}; rename one of them or set "
+                           "CTX_SOURCE_ROOT so the keys differ")
+            return
+        keyed[resolved] = key
+        unique[key] = file
+
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
@@ -59,22 +102,15 @@ def collect_sources(paths: Iterable[str | Path]) -> tuple[list[tuple[str, Path]]
                     refused.append(f"{file}: unsupported file type '{file.suffix}', skipped")
                     continue
                 try:
-                    key = key_for_path(file, path)
+                    key_for_path(file, path)  # refuses a link that resolves outside the folder
                 except DocumentError as exc:
                     refused.append(str(exc))
                     continue
-                sources.append((partition_key_for(f"{path.absolute().name}/{key}"), file))
+                add(file)
         elif path.exists():
-            sources.append((partition_key_for(path.name), path))
+            add(path)
         else:
             refused.append(f"{path}: no such file or directory")
-    unique: dict[str, Path] = {}
-    for key, path in sources:
-        if key in unique and unique[key].resolve() != path.resolve():
-            refused.append(f"{path}: same document key '{key}' as {unique[key]}; ingest one of them, or their "
-                           "parent folders, so the keys differ")
-            continue
-        unique.setdefault(key, path)
     return list(unique.items()), refused
 
 

@@ -11,7 +11,7 @@ from contextual_assets.defs.ingest_assets import build_ingest_assets
 from contextual_assets.defs.resources import build_resources
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.settings import PlatformSettings
-from eval_assets.assets import eval_assets_list, eval_checks
+from eval_assets.assets import eval_assets_list, eval_checks, production_freshness
 
 
 def build_definitions(settings: PlatformSettings | None = None) -> dg.Definitions:
@@ -28,10 +28,15 @@ def build_definitions(settings: PlatformSettings | None = None) -> dg.Definition
         selection=dg.AssetSelection.assets("retrieval_eval", "promoted_index"),
         description="Evaluate the candidate index version against production; promote it only if eval_gate passes.",
     )
+    freshness_job = dg.define_asset_job(
+        "check_production_freshness",
+        selection=dg.AssetSelection.checks(production_freshness),
+        description="List documents missing from or outdated in the promoted index version (production_freshness).",
+    )
     return dg.Definitions(
         assets=[build_ingest_assets(settings.partitions_per_run), *eval_assets_list],
         asset_checks=eval_checks,
-        jobs=[ingest_job, evaluate_and_promote_job],
+        jobs=[ingest_job, evaluate_and_promote_job, freshness_job],
         sensors=[build_new_documents_sensor(ingest_job, settings.inbox, settings.partitions_per_run)],
         resources=build_resources(settings, env_vars=True),
         # One process per run, not per step: a step process costs ~3 s of imports per document.

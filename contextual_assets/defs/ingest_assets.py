@@ -11,6 +11,7 @@ import time
 
 import dagster as dg
 
+from contextual_assets.defs.build_targets import BuildTarget, current_target, production_target
 from contextual_assets.defs.partitions import documents_partitions
 from contextual_assets.defs.resources import (
     ChunkStoreResource,
@@ -21,7 +22,7 @@ from contextual_assets.defs.resources import (
 from contextual_assets.errors import ContextualError
 from contextual_assets.fleet.vllm_metrics import MetricsSampler, MetricsTimeline
 from contextual_assets.headers.openai_source import HeaderRunStats, OpenAIHeaderSource
-from contextual_assets.index_version import index_fingerprint, index_version_of
+from contextual_assets.ingest.concurrent import ConcurrentPipelines
 from contextual_assets.ingest.pipeline import (
     DocumentJob,
     DocumentPipeline,
@@ -29,6 +30,7 @@ from contextual_assets.ingest.pipeline import (
     StageEvent,
     mean_header_words,
 )
+from eval_assets.resources import EvalGateResource
 
 INGEST_GROUP = "ingest"
 
@@ -80,18 +82,24 @@ def build_ingest_assets(partitions_per_run: int) -> dg.AssetsDefinition:
         parsing: ParsingResource,
         headers: HeaderSourceResource,
         embedder: EmbedderResource,
+        gate: EvalGateResource,
     ):
         keys = list(context.partition_keys)
         chunk_store = store.open()
         try:
             resolved, warning = headers.resolved_source()
-            source = headers.build(parsing.counter(), store=chunk_store)
+            current = current_target(headers, embedder, parsing, chunk_store)
+            # While production differs from what the settings build, it gets every new or changed
+            # document too, as long as its recorded recipe still builds it exactly.
+            fresh_target, lag_reason = production_target(current, gate.alias, chunk_store, headers, embedder, parsing)
         except ContextualError as exc:
             raise dg.Failure(description=f"header source: {exc}", allow_retries=False) from None
-        if warning:
-            context.log.warning(warning)
-        fingerprint = index_fingerprint(source.identity, embedder.identity(), parsing.chunk_tokens)
-        version = index_version_of(fingerprint)
+        for message in filter(None, [warning, *current.warnings]):
+            context.log.warning(message)
+        if lag_reason:
+            context.log.warning(f"{lag_reason}; this run's documents reach only {current.index_version}, and "
+                                f"`ctx status` lists what {gate.alias} misses")
+        source, fingerprint, version = current.header_source, current.fingerprint, current.index_version
         fleet_capacity = 0
         sampler = None
         if isinstance(source, OpenAIHeaderSource):
@@ -121,22 +129,45 @@ def build_ingest_assets(partitions_per_run: int) -> dg.AssetsDefinition:
                 metadata["example_header"] = first
             return metadata
 
-        pipeline = DocumentPipeline(
-            store=chunk_store, counter=parsing.counter(), chunk_tokens=parsing.chunk_tokens,
-            max_bytes=int(parsing.max_file_mb * 1_000_000), max_pdf_pages=parsing.max_pdf_pages,
-            header_source=source, context_tokens=headers.context_tokens, embedder=embedder.get(),
-            index_version=version, fingerprint=fingerprint, header_metadata=header_metadata,
-            settings=PipelineSettings(
-                max_documents_in_flight=config.max_documents_in_flight,
-                chunks_in_flight=max(16, int(config.fleet_queue_factor * fleet_capacity)) if fleet_capacity else 4096,
-                embed_batch_max=config.embed_batch_max,
-            ),
+        settings = PipelineSettings(
+            max_documents_in_flight=config.max_documents_in_flight,
+            chunks_in_flight=max(16, int(config.fleet_queue_factor * fleet_capacity)) if fleet_capacity else 4096,
+            embed_batch_max=config.embed_batch_max,
         )
+
+        def pipeline_for(target: BuildTarget, on_headers=None) -> DocumentPipeline:
+            return DocumentPipeline(
+                store=chunk_store, counter=parsing.counter(), chunk_tokens=target.chunk_tokens,
+                max_bytes=int(parsing.max_file_mb * 1_000_000), max_pdf_pages=parsing.max_pdf_pages,
+                header_source=target.header_source, context_tokens=target.context_tokens, embedder=target.embedder,
+                index_version=target.index_version, fingerprint=target.fingerprint, recipe=target.recipe,
+                header_metadata=on_headers, settings=settings,
+            )
+
+        runs = ConcurrentPipelines()
+        runs.add("current", pipeline_for(current, header_metadata), keys)
+        if fresh_target is not None:
+            # Same headers: production's pass comes after, from the header cache, at no LLM cost; other
+            # headers: both fleets work at once.
+            same_headers = fresh_target.header_source.identity == source.identity
+            runs.add(gate.alias, pipeline_for(fresh_target), keys, after="current" if same_headers else None)
+        production_update = (f"with this run ({fresh_target.index_version})" if fresh_target is not None
+                             else f"not built: {lag_reason}" if lag_reason else "none (production is this version)")
         started = time.monotonic()
         failures: dict[str, StageEvent] = {}
-        committed = 0
+        fresh_failures: dict[str, str] = {}
+        committed = fresh_committed = 0
         try:
-            for event in pipeline.run(keys):
+            for role, event in runs.events():
+                if role != "current":
+                    if event.kind == "committed":
+                        fresh_committed += 1
+                        yield dg.AssetObservation(asset_key="chunk_embeddings", partition=event.key, metadata={
+                            "index_version": event.metadata["index_version"], "role": role,
+                            "chunks": event.metadata["chunks"], "note": f"kept {role} fresh"})
+                    elif event.kind == "failed":
+                        fresh_failures[event.key] = str(event.error)
+                    continue
                 if event.kind == "warning":
                     context.log.warning(event.error or "")
                 elif event.kind == "failed":
@@ -144,12 +175,23 @@ def build_ingest_assets(partitions_per_run: int) -> dg.AssetsDefinition:
                     context.log.error(f"{event.key}: {event.stage or 'ingest'} failed: {event.error}")
                 else:
                     committed += event.kind == "committed"
+                    metadata = event.metadata
+                    if event.kind == "committed":
+                        metadata = {**metadata, f"{gate.alias}_update": production_update}
                     yield dg.AssetMaterialization(asset_key=ASSET_OF_STAGE[event.kind], partition=event.key,
-                                                  metadata=event.metadata)
+                                                  metadata=metadata)
         finally:
+            runs.cancel()
             if sampler is not None:
                 sampler.stop()
-        context.log.info(f"{committed} of {len(keys)} documents committed in {time.monotonic() - started:.1f} s")
+        context.log.info(f"{committed} of {len(keys)} documents committed to {version} in "
+                         f"{time.monotonic() - started:.1f} s")
+        if fresh_target is not None:
+            lost = {k: e for k, e in fresh_failures.items() if k not in failures}
+            context.log.info(f"{fresh_committed} of {len(keys)} documents also committed to {gate.alias} "
+                             f"({fresh_target.index_version})")
+            for key, error in sorted(lost.items()):
+                context.log.warning(f"{key}: {gate.alias} ({fresh_target.index_version}) was not updated: {error}")
         if failures:
             first = next(iter(failures.values()))
             raise dg.Failure(

@@ -145,7 +145,8 @@ class HeaderSourceResource(dg.ConfigurableResource):
 
     def identity(self) -> dict[str, str]:
         """The header part of the index-version fingerprint, without starting a request pool: for
-        `openai`, the served model comes from discovery (cached per endpoint) unless pinned."""
+        `openai`, the weights behind the served model, from `/v1/models` (cached per endpoint; a pin is
+        checked there too)."""
         source, _ = self.resolved_source()
         if source == "structural":
             return StructuralHeaderSource().identity
@@ -153,8 +154,8 @@ class HeaderSourceResource(dg.ConfigurableResource):
             return NoHeaderSource().identity
         config = self.fleet_config()
         resolved = DEFAULT_DISCOVERY.resolve_fleet(config)
-        return openai_identity(resolved.name, config.revision, prompt_version_of(*self._prompts(config),
-                                                                                 config.batch_size))
+        prompt_version = prompt_version_of(*self._prompts(config), config.batch_size)
+        return openai_identity(resolved.weights, config.revision, prompt_version)
 
     def build(self, counter: TokenCounter, store: ChunkStore | None = None) -> HeaderSource:
         """The configured source; for `openai`, a client of the process-wide fleet pool, with the
@@ -164,17 +165,34 @@ class HeaderSourceResource(dg.ConfigurableResource):
             return StructuralHeaderSource()
         if source == "none":
             return NoHeaderSource()
-        config = self.fleet_config()
-        prompt, batch_prompt = self._prompts(config)
-        return OpenAIHeaderSource(
-            get_fleet(config), prompt, counter, store=store, max_output_tokens=config.max_output_tokens,
-            max_header_tokens=self.max_header_tokens, batch_size=config.batch_size, batch_prompt=batch_prompt,
-            revision=config.revision,
-        )
+        return openai_header_source(self.fleet_config(), self.prompt, self.batch_prompt, self.max_header_tokens,
+                                    counter, store)
+
+    def recipe(self, source: HeaderSource) -> dict:
+        """How to build `source` again (recorded with each index version it builds): the fleet with its
+        served name, the prompts and budgets. API keys stay in their variables."""
+        recipe: dict = {"source": source.identity["header_source"], "prompt": self.prompt,
+                        "batch_prompt": self.batch_prompt, "max_header_tokens": self.max_header_tokens,
+                        "context_tokens": self.context_tokens}
+        if isinstance(source, OpenAIHeaderSource):
+            recipe["fleet"] = source.fleet.config.model_dump(mode="json", exclude={"model"})
+            recipe["served_model"] = source.fleet.model
+        return recipe
 
     def _prompts(self, config: FleetConfig) -> tuple[PromptTemplate, PromptTemplate | None]:
         """The single-chunk prompt, and the batch prompt when requests carry several chunks."""
         return load_prompt(self.prompt), load_prompt(self.batch_prompt) if config.batch_size > 1 else None
+
+
+def openai_header_source(config: FleetConfig, prompt: str, batch_prompt: str, max_header_tokens: int,
+                         counter: TokenCounter, store: ChunkStore | None = None) -> OpenAIHeaderSource:
+    """Headers from the fleet `config` describes (its process-wide pool), with the named prompts."""
+    batch = load_prompt(batch_prompt) if config.batch_size > 1 else None
+    return OpenAIHeaderSource(
+        get_fleet(config), load_prompt(prompt), counter, store=store, max_output_tokens=config.max_output_tokens,
+        max_header_tokens=max_header_tokens, batch_size=config.batch_size, batch_prompt=batch,
+        revision=config.revision,
+    )
 
 
 class EmbedderResource(dg.ConfigurableResource):
@@ -188,6 +206,7 @@ class EmbedderResource(dg.ConfigurableResource):
     batch_size: int = 32
 
     _embedder: Embedder | None = PrivateAttr(default=None)
+    _others: dict[str, Embedder] = PrivateAttr(default_factory=dict)
 
     def identity(self) -> str:
         if self.base_url:
@@ -202,6 +221,36 @@ class EmbedderResource(dg.ConfigurableResource):
             else:
                 self._embedder = SentenceTransformerEmbedder(self.model_dir or None, batch_size=self.batch_size)
         return self._embedder
+
+    def recipe(self) -> dict[str, str]:
+        """How to load this embedder again (recorded with each index version it builds)."""
+        return {"identity": self.identity(), "base_url": self.base_url, "model": self.model,
+                "model_dir": self.model_dir or ("" if self.base_url else str(bundled_model_dir()))}
+
+    def for_identity(self, identity: str, recipe: dict[str, str] | None = None) -> Embedder:
+        """The embedder an index version was built with: this one, the bundled model, the recorded
+        model directory, or another model of this deployment's embedding endpoint. A version is never
+        searched or scored with another embedder: a `ConfigurationError` says which one is missing."""
+        if identity == self.identity():
+            return self.get()
+        if identity not in self._others:
+            self._others[identity] = self._load(identity, recipe or {})
+        return self._others[identity]
+
+    def _load(self, identity: str, recipe: dict[str, str]) -> Embedder:
+        if identity.startswith("openai:"):
+            base_url = recipe.get("base_url") or self.base_url
+            if base_url:
+                return OpenAIEmbedder(base_url, identity.removeprefix("openai:"), os.environ.get(self.api_key_env),
+                                      batch_size=self.batch_size)
+        else:
+            for model_dir in (recipe.get("model_dir"), str(bundled_model_dir())):
+                if model_dir and os.path.isdir(model_dir) and f"st:{sentence_transformer_name(model_dir)}" == identity:
+                    return SentenceTransformerEmbedder(model_dir, batch_size=self.batch_size)
+        raise ConfigurationError(
+            f"the index version was built with embedder {identity}, which this deployment cannot load (it has "
+            f"{self.identity()}); scoring it with another embedder would be meaningless: make {identity} available "
+            "(CTX_EMBED_BASE_URL / CTX_EMBED_MODEL) or evaluate another version")
 
 
 # Settings that differ per deployment: when the environment sets them, the code location's resources

@@ -1,7 +1,13 @@
 """Served-model discovery from `/v1/models`, cached per endpoint with a TTL.
 
-A pin in configuration always wins and bypasses discovery. Discovery that finds nothing usable, or
-an endpoint that does not answer, is an error listing what every endpoint answered.
+A served *name* is what requests use; the *weights* behind it (vLLM's `root`, and `parent` for a
+LoRA adapter) are what the index version and the header cache are keyed on, so a compatibility alias
+that starts serving other weights yields a new index version and no stale cached headers.
+
+A pin in configuration (CTX_LLM_MODEL, or the fleet file's `model`) chooses the name, and is checked
+against `/v1/models` of every endpoint: a pin that some endpoint does not serve is an error naming
+what each endpoint serves. Discovery that finds nothing usable, or an endpoint that does not answer,
+is an error listing what every endpoint answered.
 """
 
 from __future__ import annotations
@@ -21,16 +27,30 @@ EMBEDDING_HINTS = ("embed", "bge-", "e5-", "gte-", "minilm", "rerank")
 
 @dataclass(frozen=True)
 class ServedModel:
-    id: str
+    id: str  # the served name (what requests send as `model`)
     max_model_len: int | None = None
+    root: str | None = None  # the weights (HF id or path), as vLLM reports them
+    parent: str | None = None  # for a LoRA adapter: its base model
+
+    @property
+    def weights(self) -> str:
+        """The weights' identity: `parent+root` for an adapter, else `root`; servers that report no
+        root (llama.cpp) fall back to the served name."""
+        root = self.root or self.id
+        return f"{self.parent}+{root}" if self.parent else root
+
+    def describe(self) -> str:
+        """The name, with its weights when they differ from it (for error messages)."""
+        return self.id if self.weights == self.id else f"{self.id} (weights {self.weights})"
 
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    name: str
-    context_limit: int | None  # the smallest max_model_len reported for this model, if any
+    name: str  # the served name requests use ("+"-joined when mixed models are allowed)
+    context_limit: int | None  # the configured limit, else the smallest max_model_len reported, if any
     per_endpoint: dict[str, ServedModel]
-    discovered: bool
+    discovered: bool  # False: the name was pinned (and checked against every endpoint)
+    weights: str  # the weights' identity ("+"-joined, sorted, when mixed): keys the index version and cache
 
 
 def is_embedding_model(model_id: str) -> bool:
@@ -45,7 +65,9 @@ def fetch_models(base_url: str, api_key: str | None, timeout_s: float = 10.0) ->
     models = []
     for item in response.json().get("data", []):
         length = item.get("max_model_len")
-        models.append(ServedModel(id=str(item.get("id", "")), max_model_len=int(length) if length else None))
+        root, parent = item.get("root"), item.get("parent")
+        models.append(ServedModel(id=str(item.get("id", "")), max_model_len=int(length) if length else None,
+                                  root=str(root) if root else None, parent=str(parent) if parent else None))
     return models
 
 
@@ -75,41 +97,78 @@ class ModelDiscovery:
             self._cache[base_url] = (self.clock(), models)
         return models
 
-    def resolve(self, endpoints: dict[str, str | None], pin: str | None = None, allow_mixed: bool = False,
-                context_limit: int | None = None, ttl_s: float | None = None) -> ResolvedModel:
-        """`endpoints` maps base URL -> API key. With a pin nothing is fetched."""
-        if pin:
-            return ResolvedModel(name=pin, context_limit=context_limit, per_endpoint={}, discovered=False)
+    def _answers(self, endpoints: dict[str, str | None], ttl_s: float | None
+                 ) -> tuple[dict[str, list[ServedModel]], dict[str, str]]:
+        """(models per reachable endpoint, a one-line answer per endpoint) from `/v1/models`."""
+        served: dict[str, list[ServedModel]] = {}
         answers: dict[str, str] = {}
-        chosen: dict[str, ServedModel] = {}
         for url, key in endpoints.items():
             try:
                 models = self.served(url, key, ttl_s)
-            except Exception as exc:  # unreachable, HTTP error, bad JSON: all reported the same way
+            except Exception as exc:  # noqa: BLE001 - unreachable, HTTP error, bad JSON: reported alike
                 answers[url] = f"unreachable or invalid answer ({type(exc).__name__}: {str(exc)[:120]})"
                 continue
+            served[url] = models
+            answers[url] = f"models {[m.describe() for m in models]}" if models else "no models"
+        return served, answers
+
+    def resolve(self, endpoints: dict[str, str | None], pin: str | None = None, allow_mixed: bool = False,
+                context_limit: int | None = None, ttl_s: float | None = None) -> ResolvedModel:
+        """`endpoints` maps base URL -> API key. A pin is checked against every endpoint's models."""
+        served, answers = self._answers(endpoints, ttl_s)
+        detail = "; ".join(f"{u}: {a}" for u, a in answers.items())
+        if pin:
+            return self._resolve_pin(pin, endpoints, served, detail, allow_mixed, context_limit)
+        chosen: dict[str, ServedModel] = {}
+        for url, models in served.items():
             usable = [m for m in models if m.id and not is_embedding_model(m.id)]
-            answers[url] = f"models {[m.id for m in models]}" if models else "no models"
             if usable:
                 chosen[url] = usable[0]
-        detail = "; ".join(f"{u}: {a}" for u, a in answers.items())
         if len(chosen) != len(endpoints):
             raise ConfigurationError(
                 f"could not discover a header model on every endpoint ({detail}); pin one with CTX_LLM_MODEL"
             )
         names = sorted({m.id for m in chosen.values()})
-        if len(names) > 1 and not allow_mixed:
+        weights = sorted({m.weights for m in chosen.values()})
+        if (len(names) > 1 or len(weights) > 1) and not allow_mixed:
             raise ConfigurationError(
                 f"replicas serve different models ({detail}); pin one with CTX_LLM_MODEL or allow mixed models "
                 "(allow_mixed_models: true in the fleet file)"
             )
+        return ResolvedModel(name="+".join(names), context_limit=self._limit(chosen, context_limit),
+                             per_endpoint=chosen, discovered=True, weights="+".join(weights))
+
+    def _resolve_pin(self, pin: str, endpoints: dict[str, str | None], served: dict[str, list[ServedModel]],
+                     detail: str, allow_mixed: bool, context_limit: int | None) -> ResolvedModel:
+        if len(served) != len(endpoints):
+            raise ConfigurationError(
+                f"could not check CTX_LLM_MODEL={pin!r} against every endpoint ({detail}); make every endpoint "
+                "answer /v1/models"
+            )
+        chosen = {url: next((m for m in models if m.id == pin), None) for url, models in served.items()}
+        missing = [f"{url} (it serves {[m.id for m in served[url]]})" for url, m in chosen.items() if m is None]
+        if missing:
+            raise ConfigurationError(
+                f"CTX_LLM_MODEL={pin!r} is not served by {', '.join(missing)}; set CTX_LLM_MODEL to a served name "
+                "or unset it to discover"
+            )
+        found = {url: m for url, m in chosen.items() if m is not None}
+        weights = sorted({m.weights for m in found.values()})
+        if len(weights) > 1 and not allow_mixed:
+            raise ConfigurationError(
+                f"CTX_LLM_MODEL={pin!r} names different weights on different replicas ({detail}); serve the same "
+                "weights under that name everywhere or allow mixed models (allow_mixed_models: true in the fleet file)"
+            )
+        return ResolvedModel(name=pin, context_limit=self._limit(found, context_limit), per_endpoint=found,
+                             discovered=False, weights="+".join(weights))
+
+    @staticmethod
+    def _limit(chosen: dict[str, ServedModel], configured: int | None) -> int | None:
         lengths = [m.max_model_len for m in chosen.values() if m.max_model_len]
-        limit = context_limit or (min(lengths) if lengths else None)
-        return ResolvedModel(name=names[0] if len(names) == 1 else "+".join(names), context_limit=limit,
-                             per_endpoint=chosen, discovered=True)
+        return configured or (min(lengths) if lengths else None)
 
     def resolve_fleet(self, config: FleetConfig) -> ResolvedModel:
-        """The model a fleet configuration serves: its pin, else what every replica reports."""
+        """The model a fleet configuration serves: its pin (checked), else what every replica reports."""
         return self.resolve({r.base_url: config.api_key_for(r) for r in config.replicas}, pin=config.model,
                             allow_mixed=config.allow_mixed_models, context_limit=config.context_limit,
                             ttl_s=config.discovery_ttl_s)

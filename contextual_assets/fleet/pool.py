@@ -143,7 +143,14 @@ class HeaderFleet:
     # ---- public API --------------------------------------------------------------------------
     @property
     def model(self) -> str:
+        """The served name (what requests send)."""
         return self.resolved.name
+
+    @property
+    def weights(self) -> str:
+        """The weights behind the served name (root, parent+root for an adapter): keys the index version
+        and the header cache."""
+        return self.resolved.weights
 
     @property
     def context_limit(self) -> int | None:

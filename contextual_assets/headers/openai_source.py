@@ -67,9 +67,11 @@ def prompt_version_of(prompt: PromptTemplate, batch_prompt: PromptTemplate | Non
     return prompt.version
 
 
-def openai_identity(model: str, revision: str, prompt_version: str) -> dict[str, str]:
-    """The header part of the index-version fingerprint for headers from a served model."""
-    header_model = f"{model}@{revision}" if revision else model
+def openai_identity(weights: str, revision: str, prompt_version: str) -> dict[str, str]:
+    """The header part of the index-version fingerprint for headers from a served model: keyed on the
+    weights behind the served name (`ResolvedModel.weights`), so an alias moved to other weights is a
+    new index version."""
+    header_model = f"{weights}@{revision}" if revision else weights
     return {"header_source": "openai", "header_model": header_model, "prompt_version": prompt_version}
 
 
@@ -106,7 +108,18 @@ class OpenAIHeaderSource(HeaderSource):
 
     @property
     def model(self) -> str:
+        """The served name (same as `served_model`)."""
         return self.fleet.model
+
+    @property
+    def served_model(self) -> str:
+        """The served name requests use."""
+        return self.fleet.model
+
+    @property
+    def weights(self) -> str:
+        """The weights behind the served name: keys the index version and the header cache."""
+        return self.fleet.resolved.weights
 
     @property
     def prompt_version(self) -> str:
@@ -114,7 +127,7 @@ class OpenAIHeaderSource(HeaderSource):
 
     @property
     def identity(self) -> dict[str, str]:
-        return openai_identity(self.model, self.revision, self.prompt_version)
+        return openai_identity(self.fleet.resolved.weights, self.revision, self.prompt_version)
 
     def _validator(self, chunk_text: str):
         def validate(raw: str) -> str:
@@ -194,7 +207,8 @@ class OpenAIHeaderSource(HeaderSource):
         fitted = [fit_prompt(r, self.prompt, self.counter, context_limit=limit, max_output_tokens=self.max_output_tokens,
                              safety=self.token_safety) for r in requests]
         stats.trimmed_contexts = sum(1 for f in fitted if f.trimmed_parts)
-        keys = [header_cache_key(self.model, self.revision, self.prompt_version, f.context, r.chunk.content_hash)
+        weights = self.fleet.resolved.weights
+        keys = [header_cache_key(weights, self.revision, self.prompt_version, f.context, r.chunk.content_hash)
                 for r, f in zip(requests, fitted)]
         cached = self.store.cached_headers(keys) if self.store is not None else {}
         results: list[HeaderResult | None] = [None] * len(requests)

@@ -1,4 +1,5 @@
-"""Readable, stable, safe partition keys derived from a file's path relative to the inbox."""
+"""Readable, stable, safe document (partition) keys derived from where a file is: relative to the inbox,
+the source root, or the file system root."""
 
 from __future__ import annotations
 
@@ -49,3 +50,18 @@ def key_for_path(path: Path, root: Path) -> str:
     if resolved_root not in path.resolve().parents:
         raise DocumentError(str(path), f"resolves outside {root} (symlink); refused")
     return partition_key_for(relative)
+
+
+def document_key(path: Path, *, inbox: Path, source_root: Path) -> str:
+    """The key of a file from where it is, not from how it was named: `docs/a.md`, `./docs/a.md`,
+    its absolute path and the folder `docs` all give one key.
+
+    The file's resolved path relative to the inbox when it is under it (the key the inbox sensor
+    gives it), else relative to `source_root`, else its whole resolved path without the leading `/`
+    (e.g. `srv/shared/a.md`). Each through `partition_key_for`.
+    """
+    resolved = path.resolve()
+    for root in (inbox.resolve(), source_root.resolve()):
+        if root in resolved.parents:
+            return key_for_path(resolved, root)
+    return partition_key_for(resolved.as_posix().lstrip("/"))

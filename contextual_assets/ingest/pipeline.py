@@ -105,6 +105,7 @@ class DocumentPipeline:
         embedder: Embedder,
         index_version: str,
         fingerprint: dict[str, str],
+        recipe: dict[str, Any] | None = None,
         settings: PipelineSettings | None = None,
         header_metadata: Callable[[DocumentJob, Any], dict[str, Any]] | None = None,
     ):
@@ -118,6 +119,7 @@ class DocumentPipeline:
         self.embedder = embedder
         self.index_version = index_version
         self.fingerprint = fingerprint
+        self.recipe = recipe
         self.settings = settings or PipelineSettings()
         self.header_metadata = header_metadata
         self._events: queue.Queue[StageEvent] = queue.Queue()
@@ -165,6 +167,11 @@ class DocumentPipeline:
                 self._admission.notify_all()
             for thread in [*threads, *self._header_threads]:
                 thread.join(timeout=30)
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Stop every stage from another thread; `run` then reports the documents left as failed."""
+        self._stop.set()
+        self._events.put(StageEvent("failed", "*", error=reason))
 
     def _guard(self, loop: Callable[..., None]) -> Callable[..., None]:
         """A stage thread that dies unexpectedly fails what it held instead of hanging the run."""
@@ -361,7 +368,7 @@ class DocumentPipeline:
             started = time.monotonic()
             try:
                 if not registered:
-                    self.store.register_index_version(self.index_version, self.fingerprint)
+                    self.store.register_index_version(self.index_version, self.fingerprint, self.recipe)
                     registered = True
                 chunks = [
                     EmbeddedChunk(**HeaderedChunk(**chunk.model_dump(), header=result.header,

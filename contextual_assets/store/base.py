@@ -109,8 +109,10 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, CorpusSearch):
         rows = self._query("SELECT doc_id, path, file_hash FROM ctx_sources ORDER BY doc_id")
         return [SourceRecord(doc_id=r[0], path=r[1], file_hash=r[2]) for r in rows]
 
-    def register_index_version(self, index_version: str, fingerprint: dict[str, Any]) -> None:
-        """Record an index version and the settings fingerprint it was derived from (idempotent)."""
+    def register_index_version(self, index_version: str, fingerprint: dict[str, Any],
+                               recipe: dict[str, Any] | None = None) -> None:
+        """Record an index version, the settings fingerprint it was derived from and, when given, the
+        recipe that builds it (idempotent; a newer recipe replaces an older one)."""
         with self._transaction() as cur:
             # ON CONFLICT: concurrent first runs of a new version both register it safely.
             self._exec(
@@ -119,20 +121,33 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, CorpusSearch):
                 "ON CONFLICT (index_version) DO NOTHING",
                 (index_version, json.dumps(fingerprint, sort_keys=True), utc_now()),
             )
+            if recipe is not None:
+                self._exec(cur, "UPDATE ctx_index_versions SET recipe = ? WHERE index_version = ?",
+                           (json.dumps(recipe, sort_keys=True), index_version))
 
     def index_versions(self) -> list[dict[str, Any]]:
-        """Every index version with its fingerprint and document and chunk counts, oldest first."""
+        """Every index version with its fingerprint, recipe (or None) and document and chunk counts,
+        oldest first."""
         rows = self._query(
             "SELECT v.index_version, v.fingerprint, v.created_at, "
             "  (SELECT count(*) FROM ctx_documents d WHERE d.index_version = v.index_version), "
-            "  (SELECT count(*) FROM ctx_chunks c WHERE c.index_version = v.index_version) "
+            "  (SELECT count(*) FROM ctx_chunks c WHERE c.index_version = v.index_version), v.recipe "
             "FROM ctx_index_versions v ORDER BY v.created_at"
         )
         return [
             {"index_version": r[0], "fingerprint": json.loads(r[1]), "created_at": r[2], "documents": int(r[3]),
-             "chunks": int(r[4])}
+             "chunks": int(r[4]), "recipe": json.loads(r[5]) if r[5] else None}
             for r in rows
         ]
+
+    def index_version(self, index_version: str) -> dict[str, Any] | None:
+        """One index version's fingerprint and recipe, or None when it was never registered."""
+        rows = self._query("SELECT fingerprint, recipe, created_at FROM ctx_index_versions WHERE index_version = ?",
+                           (index_version,))
+        if not rows:
+            return None
+        return {"index_version": index_version, "fingerprint": json.loads(rows[0][0]),
+                "recipe": json.loads(rows[0][1]) if rows[0][1] else None, "created_at": rows[0][2]}
 
     def replace_document(self, document: DocumentRecord, chunks: list[EmbeddedChunk],
                          require_current_source: bool = False) -> None:

@@ -30,18 +30,25 @@ class EvalRunTable(StorePrimitives):
         with self._transaction() as cur:
             self._exec(cur, "UPDATE ctx_eval_runs SET gate = ? WHERE run_id = ?", (json.dumps(gate), run_id))
 
+    _RUN_COLUMNS = "run_id, index_version, evaluator_id, evaluator, gold_sha256, created_at, metrics, gate"
+
     def latest_eval_run(self, index_version: str, evaluator_id: str | None = None) -> dict[str, Any] | None:
         """The newest run for an index version (optionally of one evaluator), or None."""
-        sql = ("SELECT run_id, index_version, evaluator_id, evaluator, gold_sha256, created_at, metrics, gate "
-               "FROM ctx_eval_runs WHERE index_version = ?")
+        sql = f"SELECT {self._RUN_COLUMNS} FROM ctx_eval_runs WHERE index_version = ?"
         params: list[Any] = [index_version]
         if evaluator_id is not None:
             sql += " AND evaluator_id = ?"
             params.append(evaluator_id)
         rows = self._query(sql + " ORDER BY created_at DESC, run_id DESC LIMIT 1", params)
-        if not rows:
-            return None
-        r = rows[0]
+        return self._eval_run_of(rows[0]) if rows else None
+
+    def eval_run(self, run_id: str) -> dict[str, Any] | None:
+        """One evaluation run by its id, or None."""
+        rows = self._query(f"SELECT {self._RUN_COLUMNS} FROM ctx_eval_runs WHERE run_id = ?", (run_id,))
+        return self._eval_run_of(rows[0]) if rows else None
+
+    @staticmethod
+    def _eval_run_of(r: tuple) -> dict[str, Any]:
         return {"run_id": r[0], "index_version": r[1], "evaluator_id": r[2], "evaluator": json.loads(r[3]),
                 "gold_sha256": r[4], "created_at": r[5], "metrics": json.loads(r[6]),
                 "gate": json.loads(r[7]) if r[7] else None}

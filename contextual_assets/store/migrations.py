@@ -38,6 +38,10 @@ _EVAL_AND_ALIASES = [
         reciprocal_rank DOUBLE PRECISION, ndcg_at_10 DOUBLE PRECISION, PRIMARY KEY (run_id, task_id, mode))""",
 ]
 
+# How to build a version again (endpoints, served name, prompts, embedder), apart from the fingerprint:
+# the fingerprint names what the vectors mean; the recipe lets ingest keep that version fresh.
+_RECIPE = ["ALTER TABLE ctx_index_versions ADD COLUMN recipe TEXT"]
+
 MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
     "duckdb": [
         (1, _COMMON_V1 + [
@@ -46,6 +50,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
         ]),
         (2, [_HEADER_CACHE]),
         (3, _EVAL_AND_ALIASES),
+        (4, _RECIPE),
     ],
     "postgres": [
         (1, ["CREATE EXTENSION IF NOT EXISTS vector"] + _COMMON_V1 + [
@@ -55,6 +60,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
         ]),
         (2, [_HEADER_CACHE]),
         (3, _EVAL_AND_ALIASES),
+        (4, _RECIPE),
     ],
 }
 

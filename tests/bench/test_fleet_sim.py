@@ -416,3 +416,45 @@ def test_standalone_process_writes_port_file(tmp_path, client):
         rc = proc.wait(timeout=15)
     assert rc == 0
     assert not os.path.exists(f"{port_file}.tmp{proc.pid}")
+
+
+def test_models_report_root_and_parent_and_admin_swaps_the_weights(client):
+    from contextual_assets.fleet.discovery import fetch_models
+
+    specs = [ReplicaSpec(root="org/weights-v1"), ReplicaSpec(root="/adapters/legal", parent="org/base")]
+    with FleetSimulator(specs, time_scale=0.05) as fleet:
+        entry = client.get(fleet.base_urls[0] + "/models").json()["data"][0]
+        assert (entry["id"], entry["root"], entry["parent"]) == ("sim-model", "org/weights-v1", None)
+        # The product's reader sees name, weights and context length as vLLM reports them.
+        (served,) = fetch_models(fleet.base_urls[0], None)
+        assert (served.id, served.root, served.parent, served.max_model_len) == (
+            "sim-model", "org/weights-v1", None, 32768)
+        (adapter,) = fetch_models(fleet.base_urls[1], None)
+        assert adapter.weights == "org/base+/adapters/legal"
+
+        # POST /admin/model: the same name now serves other weights; requests by name still work.
+        admin = fleet.base_urls[0].removesuffix("/v1") + "/admin/model"
+        new = client.post(admin, json={"root": "org/weights-v2"}).json()
+        assert (new["id"], new["root"], new["parent"]) == ("sim-model", "org/weights-v2", None)
+        assert client.get(admin).json() == new
+        assert client.get(fleet.base_urls[0] + "/models").json()["data"][0]["root"] == "org/weights-v2"
+        assert post_chat(client, fleet.base_urls[0], "still served by name").status_code == 200
+        assert client.post(admin, json={"root": 3}).status_code == 400
+        assert client.post(admin, json={"weights": "x"}).status_code == 400
+        assert client.get(admin).json()["root"] == "org/weights-v2", "a rejected change changes nothing"
+        # In process: parent and root; null resets root to the served name.
+        assert fleet.set_model(1, parent=None, root=None)["root"] == "sim-model"
+        assert fetch_models(fleet.base_urls[1], None)[0].weights == "sim-model"
+
+
+def test_sim_process_root_flag_and_set_model(tmp_path):
+    from bench.sim import SimFleet
+
+    sim = SimFleet.start(tmp_path, time_scale=0.05, speeds=(1.0,), root="org/weights-v1")
+    try:
+        with httpx.Client(timeout=10) as c:
+            assert c.get(sim.base_urls[0] + "/models").json()["data"][0]["root"] == "org/weights-v1"
+            assert sim.set_model(0, "org/weights-v2")["root"] == "org/weights-v2"
+            assert c.get(sim.base_urls[0] + "/models").json()["data"][0]["root"] == "org/weights-v2"
+    finally:
+        sim.stop()

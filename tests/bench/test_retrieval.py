@@ -36,7 +36,7 @@ def test_retrieval_eval_asset_reports_metrics(tmp_path, samples_dir, settings_fa
     from contextual_assets.samples import SAMPLE_QUERIES
 
     settings = settings_factory()
-    sources, _ = collect_sources([samples_dir])
+    sources, _ = collect_sources([samples_dir], inbox=tmp_path / "inbox", source_root=samples_dir.parent)
     store = build_resources(settings)["store"].open()
     defs = build_definitions(settings)
     with dg.instance_for_test() as instance:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 import pytest
 
@@ -16,7 +18,8 @@ from tests.support import copy_into, shared_dataset
 
 
 def ingest(settings, paths):
-    sources, refused = collect_sources(paths)
+    # Keyed relative to the test's folder (settings_factory's home is <tmp_path>/.ctx): corpus/<name>.
+    sources, refused = collect_sources(paths, inbox=Path(settings.inbox), source_root=Path(settings.home).parent)
     assert not refused
     defs = build_definitions(settings)
     store = build_resources(settings)["store"].open()
@@ -100,7 +103,7 @@ def test_vanished_file_fails_with_its_name(tmp_path, settings_factory):
     doc = tmp_path / "gone.md"
     doc.write_text("# Title\n\nSome text.\n")
     settings = settings_factory()
-    sources, _ = collect_sources([doc])
+    sources, _ = collect_sources([doc], inbox=Path(settings.inbox), source_root=tmp_path)
     store = build_resources(settings)["store"].open()
     instance = dg.DagsterInstance.ephemeral()
     register_sources(store, instance, sources)

@@ -40,9 +40,10 @@ class Ingest:
         self.store = build_resources(settings)["store"].open()
         dagster_home.mkdir(parents=True, exist_ok=True)
         self.instance = dg.DagsterInstance.local_temp(str(dagster_home))
+        self.root = dagster_home.parent  # the test's folder: keys relative to it, e.g. docs/report.pdf
 
     def __call__(self, *paths: Path) -> tuple[dict, list[str]]:
-        sources, refused = collect_sources(paths)
+        sources, refused = collect_sources(paths, inbox=Path(self.settings.inbox), source_root=self.root)
         register_sources(self.store, self.instance, sources)
         outcomes = ingest_partitions(self.defs, self.instance, sources, log_level="CRITICAL")
         return {o.key: o for o in outcomes}, refused
@@ -109,7 +110,7 @@ def test_thousands_of_pages_are_refused_by_a_configurable_limit(tmp_path, settin
     assert limit == 1500
     ingest = Ingest(settings_factory(max_pdf_pages=limit), tmp_path / "dagster_home")
     outcomes, _ = ingest(path)
-    outcome = outcomes["many_pages.pdf"]
+    outcome = outcomes["docs/many_pages.pdf"]
     assert not outcome.success
     assert "many_pages.pdf" in outcome.error and "2100 pages, over the limit of 1500 (CTX_MAX_PDF_PAGES)" in outcome.error
 
@@ -243,8 +244,9 @@ def test_symlinks_cannot_lead_out_of_the_inbox(tmp_path, settings_factory):
         assert "resolves outside" in message and "refused" in message
 
     # `ctx ingest <folder>` applies the same rule to the folder it is given.
-    sources, refused = collect_sources([inbox])
-    assert sorted(k for k, _ in sources) == ["inbox/inside_link.txt", "inbox/ok.txt"]
+    # Keys are those of the resolved files: the link inside is the same document as its target.
+    sources, refused = collect_sources([inbox], inbox=inbox)
+    assert sorted(k for k, _ in sources) == ["ok.txt"]
     assert sum("resolves outside" in r for r in refused) == 2
 
     # A file that the sensor registered, then swapped for a link out of the inbox before its run:
@@ -286,7 +288,7 @@ def test_hidden_folders_are_skipped_by_ctx_ingest_as_by_the_sensor(tmp_path):
     (docs / ".git" / "hooks" / "pre-commit.sh").write_text("#!/bin/sh\necho hook\n")
     (docs / ".git" / "notes.md").write_text("# hidden\n")
     (docs / "README.md").write_text("# Visible\n\ntext\n")
-    sources, refused = collect_sources([docs])
+    sources, refused = collect_sources([docs], inbox=tmp_path / "inbox", source_root=tmp_path)
     assert [k for k, _ in sources] == ["repo/README.md"] and refused == []
     state, _ = scan_inbox(docs, InboxState())
     assert sorted(state.entries) == ["README.md"]

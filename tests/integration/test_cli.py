@@ -25,6 +25,7 @@ def env(tmp_path):
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("CTX_", "DAGSTER_")) and k != "DATABASE_URL"}
     environment.update({
         "CTX_HOME": str(tmp_path / ".ctx"), "CTX_INBOX": str(tmp_path / "inbox"), "HF_HUB_OFFLINE": "1",
+        "CTX_SOURCE_ROOT": str(tmp_path),
         "DAGSTER_HOME": str(tmp_path / "dagster_home"),
     })
     return environment
@@ -108,8 +109,24 @@ def test_colliding_keys_are_refused_not_merged(tmp_path):
     (tmp_path / "b").mkdir()
     (tmp_path / "a" / "report.md").write_text("# A\n")
     (tmp_path / "b" / "report.md").write_text("# B\n")
-    sources, refused = collect_sources([tmp_path / "a" / "report.md", tmp_path / "b" / "report.md"])
-    assert [k for k, _ in sources] == ["report.md"]
+    inbox = tmp_path / "inbox"
+    # Keys follow the files' paths: one name in two folders is two keys.
+    sources, refused = collect_sources([tmp_path / "a" / "report.md", tmp_path / "b" / "report.md"], inbox=inbox,
+                                       source_root=tmp_path)
+    assert [k for k, _ in sources] == ["a/report.md", "b/report.md"] and refused == []
+    # Two names that map to one key (NFC and NFD spellings): the second is refused, not merged.
+    composed, decomposed = tmp_path / "a" / "caf\u00e9.md", tmp_path / "a" / "cafe\u0301.md"
+    composed.write_text("# first\n")
+    decomposed.write_text("# second\n")
+    if len(os.listdir(tmp_path / "a")) != 3:
+        pytest.fail("this file system folds Unicode normalization; the test needs two distinct names")
+    sources, refused = collect_sources([composed, decomposed], inbox=inbox, source_root=tmp_path)
+    assert sources == [("a/caf\u00e9.md", composed)]
+    assert len(refused) == 1 and "same document key 'a/caf\u00e9.md'" in refused[0]
+    # A key already registered to another file that still exists is not taken over.
+    sources, refused = collect_sources([tmp_path / "b" / "report.md"], inbox=inbox, source_root=tmp_path / "b",
+                                       registered={str((tmp_path / "a" / "report.md").resolve()): "report.md"})
+    assert sources == []
     assert len(refused) == 1 and "same document key 'report.md'" in refused[0]
 
 

@@ -206,7 +206,8 @@ def test_ingest_through_dagster_on_the_simulated_fleet(tmp_path, samples_dir, se
         defs = build_definitions(settings)
         store = build_resources(settings)["store"].open()
         instance = dg.DagsterInstance.ephemeral()
-        sources, _ = collect_sources([samples_dir / "supply_agreement.pdf"])
+        sources, _ = collect_sources([samples_dir / "supply_agreement.pdf"], inbox=tmp_path / "inbox",
+                                     source_root=samples_dir)
         register_sources(store, instance, sources)
         (outcome,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
         assert outcome.success, outcome.error

@@ -9,15 +9,16 @@ import json
 import dagster as dg
 import pytest
 
-from bench.corpora import derive_version
+from bench.corpora import derive_version, remove_evidence
 from contextual_assets.app.ingest_runs import (
     collect_sources,
     ingest_partitions,
     register_sources,
 )
 from contextual_assets.defs.definitions import build_definitions, build_resources
+from contextual_assets.settings import PlatformSettings
 from eval_assets.evaluate import evaluate
-from eval_assets.gold.gold_set import Evidence, GoldTask, load_gold, write_gold
+from eval_assets.gold.gold_set import Evidence, GoldSet, GoldTask, load_gold, write_gold
 
 SPANS = [
     ("liquidated damages per business day for a late milestone", "0.5 percent of the Milestone Fee for each Business Day of delay", "supply_agreement.pdf"),
@@ -47,7 +48,7 @@ def world(tmp_path_factory, samples_dir):
     resources = build_resources(settings)
     store = resources["store"].open()
     instance = dg.DagsterInstance.ephemeral()
-    sources, _ = collect_sources([samples_dir])
+    sources, _ = collect_sources([samples_dir], inbox=root / "inbox", source_root=samples_dir.parent)
     register_sources(store, instance, sources)
     assert all(o.success for o in ingest_partitions(defs, instance, sources, log_level="ERROR"))
     (good,) = [v["index_version"] for v in store.index_versions()]
@@ -55,13 +56,14 @@ def world(tmp_path_factory, samples_dir):
             "embedder": resources["embedder"].get(), "root": root}
 
 
-def evaluate_and_promote(world, candidate: str, **gate_overrides):
+def evaluate_and_promote(world, candidate: str, gold=None, **gate_overrides):
     settings = world["settings"].model_copy(update=gate_overrides) if gate_overrides else world["settings"]
     defs = build_definitions(settings) if gate_overrides else world["defs"]
     job = defs.resolve_job_def("evaluate_and_promote")
     result = job.execute_in_process(
         instance=world["instance"], raise_on_error=False,
-        run_config={"ops": {"retrieval_eval": {"config": {"gold_path": str(world["gold"]), "index_version": candidate}}}},
+        run_config={"ops": {"retrieval_eval": {"config": {"gold_path": str(gold or world["gold"]),
+                                                          "index_version": candidate}}}},
     )
     checks = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data
               for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
@@ -69,20 +71,48 @@ def evaluate_and_promote(world, candidate: str, **gate_overrides):
     return result, checks, promoted
 
 
-def test_gate_promotes_good_blocks_degraded_and_rolls_back(world):
+def test_gate_promotes_good_blocks_degraded_and_rolls_back(world, tmp_path):
     store = world["store"]
+    assert store.get_alias("production") is None, "this test runs first: no production yet"
+    # A first promotion must meet the shipped floors: a candidate that scores 0 is never promoted.
+    # Its gold: queries in a vocabulary the corpus does not use, kept where the good version ranks
+    # the evidence beyond the evaluation depth (so every living task scores exactly 0).
+    pool = [GoldTask(id=f"z{i}-{j}", query=f"qx{i}{j}vz wq{j}{i}zk", evidence=[Evidence(text=span, doc_id=doc)])
+            for i, (_, span, doc) in enumerate(SPANS) for j in range(4)]
+    report = evaluate(store, world["embedder"], GoldSet(name="pool", sha256="pool", tasks=pool), world["good"], modes=("hybrid",))
+    zero = [t for t in pool if next(r for r in report.tasks if r.task_id == t.id).first_rank is None]
+    assert zero, "no query of the pool misses"
+    _, checks, promoted = evaluate_and_promote(world, world["good"], gold=write_gold(tmp_path / "zero.jsonl", zero),
+                                               gate_floors_json=PlatformSettings.default("gate_floors_json"))
+    assert checks["eval_gate"].metadata["pass_at_20_raw"].value == 0.0
+    assert not checks["eval_gate"].passed and promoted == [] and store.get_alias("production") is None
+    assert "below the floor" in checks["eval_gate"].metadata["reasons"].value
+    # A first promotion judged on half-stale gold is blocked by the stale+broken ceiling.
+    gold = load_gold(world["gold"])
+    stale = [t.model_copy(update={"id": f"gone-{t.id}", "evidence": [e.model_copy(update={"doc_id": "gone.pdf"})
+                                                                      for e in t.evidence]}) for t in gold.tasks]
+    half_stale = write_gold(tmp_path / "half_stale.jsonl", [*gold.tasks, *stale])
+    _, checks, promoted = evaluate_and_promote(world, world["good"], gold=half_stale)
+    assert not checks["eval_gate"].passed and promoted == [] and store.get_alias("production") is None
+    assert "stale+broken" in checks["eval_gate"].metadata["reasons"].value
+
     result, checks, promoted = evaluate_and_promote(world, world["good"])
     assert checks["eval_gate"].passed and promoted, "first good version: floors only, promoted"
     assert store.get_alias("production") == world["good"]
     assert checks["eval_gate"].severity == dg.AssetCheckSeverity.ERROR
 
-    degraded = derive_version(store, world["embedder"], world["good"], "truncate_first_line")
+    # The candidate lost the evidence of two tasks production retrieves: they count as misses (rank
+    # not found), not as tasks dropped from the comparison.
+    lost = [t for t in gold.tasks if t.id in ("t0", "t2")]
+    degraded = derive_version(store, world["embedder"], world["good"], remove_evidence(lost))
     result, checks, promoted = evaluate_and_promote(world, degraded)
     assert not checks["eval_gate"].passed
     assert promoted == [], "a blocking failed check stops promotion in the same run"
     assert store.get_alias("production") == world["good"]
-    reasons = checks["eval_gate"].metadata["reasons"].value
-    assert "below the floor" in reasons or "fell" in reasons or "lost evidence" in reasons
+    metadata = checks["eval_gate"].metadata
+    assert metadata["lost_tasks"].value == "t0, t2" and metadata["compared_tasks"].value == len(SPANS)
+    assert metadata["pass_at_10_delta"].value <= -2 / len(SPANS) + 1e-3
+    assert "pass_at_10 fell" in metadata["reasons"].value
 
     # promoted_index on its own refuses too: it reads the stored gate decision.
     lone = world["defs"].resolve_implicit_global_asset_job_def().execute_in_process(
@@ -115,23 +145,47 @@ def test_stale_tasks_are_reported_not_failed(world):
         "the stale task is not counted as a miss")
 
 
-def test_reviewed_exceptions_keep_the_raw_score(world, tmp_path):
+def test_reviewed_exceptions_are_scoped_and_keep_the_raw_score(world, tmp_path):
     store = world["store"]
     store.set_alias("production", world["good"], "test setup")
     degraded = derive_version(store, world["embedder"], world["good"], "swap_headers")
     report = evaluate(store, world["embedder"], load_gold(world["gold"]), degraded)
     misses = [t.task_id for t in report.tasks if t.mode == "hybrid" and t.status == "living" and t.pass_at_5 < 1.0]
+    reviewed = misses or ["t0"]
+    scope = f"evaluator_id: {report.evaluator_id}, expires: 2999-12-31"
     exceptions = tmp_path / "exceptions.yaml"
-    exceptions.write_text("".join(
-        f"- {{task_id: {t}, reason: gold chunk reworded, reviewer: qa, date: 2026-11-30}}\n" for t in misses or ["t0"]))
+    exceptions.write_text(
+        "".join(f"- {{task_id: {t}, reason: gold chunk reworded, reviewer: qa, date: 2026-11-30, "
+                f"index_version: {degraded}, {scope}}}\n" for t in reviewed)
+        # Out of scope: expired, or written for another version. Listed, never applied.
+        + f"- {{task_id: t1, reason: old review, reviewer: qa, date: 2020-01-01, index_version: {degraded}, "
+          f"evaluator_id: {report.evaluator_id}, expires: 2020-12-31}}\n"
+        + f"- {{task_id: t2, reason: other version, reviewer: qa, date: 2026-11-30, index_version: iv-other, {scope}}}\n"
+        + "- {task_id: t3, reason: unscoped, reviewer: qa, date: 2020-01-01}\n")
     _, checks, _ = evaluate_and_promote(world, degraded, gate_exceptions_path=str(exceptions))
     metadata = checks["eval_gate"].metadata
-    assert metadata["excepted_tasks"].value == ", ".join(sorted(misses or ["t0"]))
+    assert metadata["excepted_tasks"].value == ", ".join(sorted(reviewed))
+    ignored = metadata["ignored_exceptions"].value
+    assert "t1: expired on 2020-12-31" in ignored and "t2:" in ignored and "t3:" in ignored, ignored
     raw, with_exceptions = metadata["pass_at_5_raw"].value, metadata["pass_at_5_with_exceptions"].value
     assert raw == pytest.approx(sum(t.pass_at_5 for t in report.tasks if t.mode == "hybrid" and t.status == "living")
                                 / len(SPANS), abs=1e-4), "the raw number is never rewritten"
     if misses:
         assert with_exceptions > raw
+
+
+def test_a_candidate_missing_a_production_document_is_blocked(world):
+    store = world["store"]
+    store.set_alias("production", world["good"], "test setup")
+    dropped = sorted(d.doc_id for d in store.documents(world["good"]))[0]
+    partial = derive_version(store, world["embedder"], world["good"], "unchanged", name="partial", drop_docs=(dropped,))
+    result, checks, promoted = evaluate_and_promote(world, partial)
+    live = len(store.documents(world["good"]))
+    assert not checks["eval_gate"].passed and promoted == [] and store.get_alias("production") == world["good"]
+    reasons = checks["eval_gate"].metadata["reasons"].value
+    assert f"covers {live - 1} of {live} live documents; 1 missing ({dropped})" in reasons, reasons
+    event = world["instance"].get_latest_materialization_event(dg.AssetKey("retrieval_eval"))
+    assert event.asset_materialization.metadata["coverage"].value["missing_ids"] == [dropped]
 
 
 def test_evaluation_is_deterministic(world):
@@ -152,7 +206,7 @@ def test_needle_set_is_ingested_and_graded(world, samples_dir, tmp_path):
     settings = world["settings"].model_copy(update={"duckdb_path": str(tmp_path / "needles.duckdb")})
     defs, store = build_definitions(settings), build_resources(settings)["store"].open()
     instance = dg.DagsterInstance.ephemeral()
-    sources, _ = collect_sources(copies)
+    sources, _ = collect_sources(copies, inbox=world["root"] / "inbox", source_root=tmp_path / "needles")
     register_sources(store, instance, sources)
     assert all(o.success for o in ingest_partitions(defs, instance, sources, log_level="ERROR"))
     job = defs.resolve_job_def("evaluate_and_promote")

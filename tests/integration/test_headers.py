@@ -64,11 +64,14 @@ def test_unanswerable_chunk_is_an_explicit_error(llama_server, tmp_path):
         fleet.close()
 
 
-def test_pinned_model_bypasses_discovery():
-    # The pin wins: no request is made to the (unreachable) endpoint at construction.
-    fleet = make_fleet(["http://127.0.0.1:9"], model="pinned-model")
+def test_a_pin_is_checked_against_what_the_endpoint_serves(llama_server):
+    # A pin on an endpoint that does not answer /v1/models is refused, naming the variable.
+    with pytest.raises(ConfigurationError, match="CTX_LLM_MODEL='pinned-model'"):
+        make_fleet(["http://127.0.0.1:9"], model="pinned-model")
+    # A pin on a served name: llama.cpp reports no root, so the weights' identity is the name.
+    fleet = make_fleet([llama_server], model="smollm2-135m-instruct")
     try:
-        assert fleet.model == "pinned-model" and fleet.replicas[0].url == "http://127.0.0.1:9/v1"
+        assert fleet.model == fleet.weights == "smollm2-135m-instruct"
     finally:
         fleet.close()
 
@@ -92,7 +95,7 @@ def test_two_replicas_share_work_headers_stored_and_failover(llama_servers, tmp_
     defs = build_definitions(settings.model_copy(update={"chunk_tokens": 24}))
     store = build_resources(settings)["store"].open()
     instance = dg.DagsterInstance.ephemeral()
-    sources, _ = collect_sources([docs])
+    sources, _ = collect_sources([docs], inbox=tmp_path / "inbox", source_root=tmp_path)
     register_sources(store, instance, sources)
     (outcome,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
     assert outcome.success, outcome.error
@@ -113,7 +116,7 @@ def test_two_replicas_share_work_headers_stored_and_failover(llama_servers, tmp_
     # Kill one replica: a new document's requests fail over to the survivor.
     llama_servers[1].stop()
     (docs / "more.md").write_text("# More\n\n" + "\n\n".join(s.replace("peas", "beans") for s in sentences) + "\n")
-    sources, _ = collect_sources([docs])
+    sources, _ = collect_sources([docs], inbox=tmp_path / "inbox", source_root=tmp_path)
     register_sources(store, instance, sources)
     outcomes = ingest_partitions(defs, instance, [s for s in sources if s[0].endswith("more.md")], log_level="ERROR")
     assert outcomes[0].success, outcomes[0].error
@@ -140,7 +143,7 @@ def test_ingest_with_openai_headers_through_dagster(llama_server, tmp_path, sett
     doc = tmp_path / "memo.md"
     doc.write_text("# Travel memo\n\nStaff travelling to Lyon book rail, not flights, for trips under 500 km.\n")
     settings = settings_factory(header_source="auto", llm_base_urls=llama_server)
-    sources, _ = collect_sources([doc])
+    sources, _ = collect_sources([doc], inbox=tmp_path / "inbox", source_root=tmp_path)
     store = build_resources(settings)["store"].open()
     instance = dg.DagsterInstance.ephemeral()
     register_sources(store, instance, sources)

@@ -58,7 +58,8 @@ def _instance(home: Path) -> dg.DagsterInstance:
 def _ingest(settings, instance, *paths):
     defs = build_definitions(settings)
     store = build_resources(settings)["store"].open()
-    sources, refused = collect_sources(paths)
+    # Keyed relative to the test's folder (settings_factory's home is <tmp_path>/.ctx): docs/<name>.
+    sources, refused = collect_sources(paths, inbox=Path(settings.inbox), source_root=Path(settings.home).parent)
     register_sources(store, instance, sources)
     outcomes = ingest_partitions(defs, instance, sources, log_level="DEBUG")
     return store, {o.key: o for o in outcomes}, refused

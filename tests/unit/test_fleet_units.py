@@ -69,7 +69,7 @@ def fake_fetch(answers):
         answer = answers[url]
         if isinstance(answer, Exception):
             raise answer
-        return [ServedModel(id=i, max_model_len=n) for i, n in answer]
+        return [ServedModel(*entry) for entry in answer]  # (id, max_model_len[, root[, parent]])
 
     return fetch, calls
 
@@ -94,11 +94,69 @@ def test_discovery_cache_respects_ttl():
     assert len(calls) == 2
 
 
-def test_pin_wins_and_fetches_nothing():
-    fetch, calls = fake_fetch({})
-    resolved = ModelDiscovery(fetch=fetch).resolve({"http://a/v1": None}, pin="my-model", context_limit=2048)
-    assert (resolved.name, resolved.context_limit, resolved.discovered) == ("my-model", 2048, False)
-    assert calls == []
+def test_weights_are_root_parent_or_the_name():
+    assert ServedModel(id="llama-cpp-alias").weights == "llama-cpp-alias"  # no root reported: the name
+    assert ServedModel(id="qwen", root="Qwen/Qwen2.5-3B-Instruct").weights == "Qwen/Qwen2.5-3B-Instruct"
+    adapter = ServedModel(id="legal", root="/adapters/legal-v2", parent="Qwen/Qwen2.5-3B-Instruct")
+    assert adapter.weights == "Qwen/Qwen2.5-3B-Instruct+/adapters/legal-v2"
+
+
+def test_discovery_keeps_the_served_name_and_reads_the_weights():
+    fetch, _ = fake_fetch({"http://a/v1": [("qwen", 4096, "Qwen/Qwen2.5-3B-Instruct")],
+                           "http://b/v1": [("qwen", 8192, "Qwen/Qwen2.5-3B-Instruct")]})
+    resolved = ModelDiscovery(fetch=fetch).resolve({"http://a/v1": None, "http://b/v1": None})
+    assert (resolved.name, resolved.weights, resolved.context_limit) == ("qwen", "Qwen/Qwen2.5-3B-Instruct", 4096)
+    assert resolved.per_endpoint["http://b/v1"].root == "Qwen/Qwen2.5-3B-Instruct"
+
+
+def test_one_name_over_different_weights_is_mixed():
+    fetch, _ = fake_fetch({"http://a/v1": [("qwen", None, "Qwen/Qwen2.5-3B-Instruct")],
+                           "http://b/v1": [("qwen", None, "Qwen/Qwen2.5-7B-Instruct")]})
+    endpoints = {"http://a/v1": None, "http://b/v1": None}
+    with pytest.raises(ConfigurationError, match="replicas serve different models") as info:
+        ModelDiscovery(fetch=fetch).resolve(endpoints)
+    assert "http://b/v1: models ['qwen (weights Qwen/Qwen2.5-7B-Instruct)']" in str(info.value)
+    resolved = ModelDiscovery(fetch=fetch).resolve(endpoints, allow_mixed=True)
+    assert (resolved.name, resolved.weights) == ("qwen", "Qwen/Qwen2.5-3B-Instruct+Qwen/Qwen2.5-7B-Instruct")
+
+
+def test_a_served_pin_is_checked_and_reads_the_context_length():
+    fetch, calls = fake_fetch({"http://a/v1": [("other", 1024), ("my-model", 4096, "org/weights-v2")],
+                               "http://b/v1": [("my-model", 2048, "org/weights-v2")]})
+    endpoints = {"http://a/v1": None, "http://b/v1": None}
+    resolved = ModelDiscovery(fetch=fetch).resolve(endpoints, pin="my-model")
+    assert (resolved.name, resolved.weights, resolved.context_limit, resolved.discovered) == (
+        "my-model", "org/weights-v2", 2048, False)
+    assert {u: m.id for u, m in resolved.per_endpoint.items()} == {"http://a/v1": "my-model", "http://b/v1": "my-model"}
+    assert sorted(calls) == ["http://a/v1", "http://b/v1"]
+    # A configured context limit wins over max_model_len.
+    assert ModelDiscovery(fetch=fetch).resolve(endpoints, pin="my-model", context_limit=1500).context_limit == 1500
+
+
+def test_a_pin_not_served_everywhere_is_a_clear_error():
+    fetch, _ = fake_fetch({"http://a/v1": [("x", None)], "http://b/v1": [("a", None), ("b", None)]})
+    with pytest.raises(ConfigurationError) as info:
+        ModelDiscovery(fetch=fetch).resolve({"http://a/v1": None, "http://b/v1": None}, pin="x")
+    assert str(info.value) == ("CTX_LLM_MODEL='x' is not served by http://b/v1 (it serves ['a', 'b']); "
+                               "set CTX_LLM_MODEL to a served name or unset it to discover")
+    assert "\n" not in str(info.value)
+
+
+def test_a_pin_on_an_unreachable_endpoint_lists_every_answer():
+    fetch, _ = fake_fetch({"http://a/v1": [("x", None)], "http://b/v1": ConnectionError("refused")})
+    with pytest.raises(ConfigurationError) as info:
+        ModelDiscovery(fetch=fetch).resolve({"http://a/v1": None, "http://b/v1": None}, pin="x")
+    message = str(info.value)
+    assert "CTX_LLM_MODEL='x'" in message and "http://a/v1: models ['x']" in message
+    assert "http://b/v1: unreachable or invalid answer (ConnectionError: refused)" in message
+
+
+def test_a_pin_over_different_weights_is_an_error_unless_mixed_is_allowed():
+    fetch, _ = fake_fetch({"http://a/v1": [("x", None, "org/w1")], "http://b/v1": [("x", None, "org/w2")]})
+    endpoints = {"http://a/v1": None, "http://b/v1": None}
+    with pytest.raises(ConfigurationError, match="CTX_LLM_MODEL='x' names different weights"):
+        ModelDiscovery(fetch=fetch).resolve(endpoints, pin="x")
+    assert ModelDiscovery(fetch=fetch).resolve(endpoints, pin="x", allow_mixed=True).weights == "org/w1+org/w2"
 
 
 def test_mismatched_models_are_an_error_unless_allowed():
@@ -175,6 +233,8 @@ def test_cache_key_changes_with_every_part():
         changed[index] = changed[index] + "x"
         keys.add(header_cache_key(*changed))
     assert len(keys) == 6
+    # The first part is the weights' identity: the same served name over other weights is another key.
+    assert header_cache_key("org/weights-v1", *base[1:]) != header_cache_key("org/weights-v2", *base[1:])
 
 
 def test_parse_vllm_metrics():
