@@ -106,6 +106,7 @@ def derive_version(store: ChunkStore, embedder: Embedder, source_version: str, t
     embedded with `embedder`, whose identity (and `recipe`) the new version records."""
     from contextual_assets.embedding import embed_chunks
     from contextual_assets.index_version import index_version_of
+    from contextual_assets.models import EmbeddedChunk
 
     apply = TRANSFORMS[transform] if isinstance(transform, str) else transform
     label = name or (transform if isinstance(transform, str) else transform.__name__)
@@ -118,10 +119,19 @@ def derive_version(store: ChunkStore, embedder: Embedder, source_version: str, t
     for chunk in store.chunks(source_version):
         by_doc[chunk.doc_id].append(chunk)
     documents = {d.doc_id: d for d in store.documents(source_version)}
+    # Same embedder: a chunk whose header and text the transform left alone keeps its vector.
+    vectors = ({(d, o): v for d, o, v in store._embedding_rows(source_version)}
+               if embedder.identity == fingerprint["embedder"] else {})
     for doc_id, chunks in by_doc.items():
         if doc_id in drop_docs:
             continue
-        embedded = embed_chunks(apply(chunks), embedder)
+        transformed = apply(chunks)
+        changed = [new for old, new in zip(chunks, transformed)
+                   if (old.doc_id, old.ordinal) not in vectors or (old.header, old.text) != (new.header, new.text)]
+        fresh = {(c.doc_id, c.ordinal): c for c in embed_chunks(changed, embedder)} if changed else {}
+        embedded = [fresh.get((c.doc_id, c.ordinal))
+                    or EmbeddedChunk(**c.model_dump(), embedding=list(vectors[(c.doc_id, c.ordinal)]))
+                    for c in transformed]
         record = documents[doc_id].model_copy(update={"index_version": version, "n_chunks": len(embedded)})
         store.replace_document(record, embedded)
     return version

@@ -214,11 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     gold = args.gold or args.dataset / "evaluation_set.dev.jsonl"
     with tempfile.TemporaryDirectory(prefix="ctx-gate-") as tmp:
         result = run(args.dataset, gold, Path(tmp), json.loads(args.floors) if args.floors else None, args.tolerance)
-    print(f"{'case':25s} {'P@5':>6s} {'P@10':>6s} {'MRR':>6s}  blocked  reasons")
+    print(f"{'case':25s} {'P@5':>6s} {'P@10':>6s} {'MRR':>6s}  blocked   reasons")
     for row in [result["good"], *result["red_team"]]:
         cells = " ".join(f"{100 * row[m]:6.1f}" if row[m] is not None else f"{'-':>6s}"
                          for m in ("pass_at_5", "pass_at_10", "mrr"))
-        print(f"{row['name']:25s} {cells}  {'yes' if row['blocked'] else 'NO':7s}  {'; '.join(row['reasons'])[:110]}")
+        verdict = "yes" if row["blocked"] else "promoted" if row is result["good"] else "NO"
+        print(f"{row['name']:25s} {cells}  {verdict:8s}  {'; '.join(row['reasons'])[:110]}")
     print(f"good promoted: {result['good_promoted']}; every planted failure blocked: {result['all_blocked']}")
     write_json(args.json, result)
     return 0 if result["good_promoted"] and result["all_blocked"] else 1

@@ -54,6 +54,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if not sources:
         print("nothing to ingest", file=sys.stderr)
         return EXIT_USAGE if not refused else EXIT_FAILED
+    for warning in _weights_warnings(resources, store):
+        print(f"warning: {warning}", file=sys.stderr)
     defs = build_definitions(settings)
     with dg.DagsterInstance.get() as instance:
         register_sources(store, instance, sources)
@@ -80,6 +82,23 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(f"warning: {lag.summary('production')}: search serves production without them until a candidate "
               "is promoted (`ctx status` lists them)", file=sys.stderr)
     return EXIT_FAILED if failed or refused else EXIT_OK
+
+
+def _weights_warnings(resources, store) -> list[str]:
+    """The served model name now serves other weights than an index version recorded (ingest builds a
+    new version; said here too, since the run's own warning is not printed)."""
+    from contextual_assets.defs.build_targets import weights_changes
+    from contextual_assets.errors import ContextualError
+    from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
+
+    headers = resources["headers"]
+    try:
+        if headers.resolved_source()[0] != "openai":
+            return []
+        served = DEFAULT_DISCOVERY.resolve_fleet(headers.fleet_config()).name
+        return weights_changes(store, served, headers.identity()["header_model"], _current_version(resources))
+    except ContextualError:
+        return []  # the fleet is unreachable: every document's run reports it
 
 
 def cmd_search(args: argparse.Namespace) -> int:

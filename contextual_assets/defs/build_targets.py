@@ -57,17 +57,19 @@ def renamed_weights(store: ChunkStore, target: BuildTarget) -> list[str]:
     """A served name that now serves other weights than a recorded version's: say so (the new weights
     build a new index version; the old one's headers are never mixed in)."""
     served = target.recipe["headers"].get("served_model")
-    if not served:
-        return []
+    return weights_changes(store, served, target.fingerprint["header_model"], target.index_version) if served else []
+
+
+def weights_changes(store: ChunkStore, served: str, header_model: str, index_version: str) -> list[str]:
     warnings = []
     for version in store.index_versions():
         recipe = version.get("recipe") or {}
         before = version["fingerprint"].get("header_model")
-        if (version["index_version"] != target.index_version and recipe.get("headers", {}).get("served_model") == served
-                and before != target.fingerprint["header_model"]):
-            warnings.append(f"model name '{served}' now serves {target.fingerprint['header_model']} (it served "
-                            f"{before} for {version['index_version']}): building a new index version "
-                            f"{target.index_version}; evaluate it before it replaces production")
+        if (version["index_version"] != index_version and recipe.get("headers", {}).get("served_model") == served
+                and before != header_model):
+            warnings.append(f"model name '{served}' now serves {header_model} (it served {before} for "
+                            f"{version['index_version']}): building a new index version {index_version}; "
+                            "evaluate it before it replaces production")
     return warnings
 
 

@@ -219,3 +219,22 @@ def test_needle_set_is_ingested_and_graded(world, samples_dir, tmp_path):
     assert metadata["hybrid_pass_at_20"].value > 0.5, "planted facts are findable"
     strata = {t.stratum for t in tasks}
     assert strata == {"start", "middle", "end"}
+
+
+def test_a_version_is_never_scored_with_another_embedder(world):
+    from contextual_assets.app.ingest_runs import failure_message
+    from contextual_assets.embedding import Embedder
+
+    class Retired(Embedder):
+        """The same vectors, recorded under an embedder this deployment cannot load."""
+
+        identity = "st:retired-embedder"
+
+        def embed(self, texts):
+            return world["embedder"].embed(texts)
+
+    version = derive_version(world["store"], Retired(), world["good"], "unchanged", name="retired")
+    result, checks, promoted = evaluate_and_promote(world, version)
+    assert not result.success and "eval_gate" not in checks and promoted == []
+    message = failure_message(result)
+    assert f"cannot evaluate the candidate {version}" in message and "st:retired-embedder" in message, message

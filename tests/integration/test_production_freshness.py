@@ -83,6 +83,7 @@ def test_production_that_cannot_be_built_shows_its_lag(tmp_path, env):  # noqa: 
         write_docs(docs, {"gamma.md": "# Gamma filters\n\n## Swap\n\nGamma filters are swapped after 1200 hours.\n"})
         ingest = run_ctx(fleet_env, "ingest", str(docs / "gamma.md"), check=True)
         assert "covers 2 of 3 live documents" in ingest.stderr and "gamma.md" in ingest.stderr, ingest.stderr
+        assert "model name 'sim-model' now serves weights-b (it served weights-a" in ingest.stderr, ingest.stderr
 
         status = json.loads(run_ctx(fleet_env, "status", "--json", check=True).stdout)
         assert status["production"] == production != status["current_index_version"]
