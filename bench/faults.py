@@ -631,7 +631,8 @@ def scenario_same_document_twice(ctx: Context) -> Result:
     docs = ctx.workdir / "docs"
     write_corpus(docs, 1)
     path = next(docs.iterdir())
-    expected = {path.name: expected_chunks(docs)[f"docs/{path.name}"]}
+    key = f"docs/{path.name}"  # relative to CTX_SOURCE_ROOT, the work directory
+    expected = {key: expected_chunks(docs)[key]}
     fleet = Fleet(ctx.workdir, [1, 1], time_scale=0.3)
     try:
         env = fleet_env(ctx.workdir, fleet, 4, database_url=ctx.db_url())
@@ -641,9 +642,9 @@ def scenario_same_document_twice(ctx: Context) -> Result:
         results = [finish(p, started) for p in procs]
         r.check(f"both submissions succeed (rc {[x.rc for x in results]})", all(x.rc == 0 for x in results))
         state = store_state(env)
-        r.check("one document", list(state.documents) == [path.name])
+        r.check("one document", list(state.documents) == [key])
         r.check("one index version", state.versions == 1)
-        r.llm_calls_respent = max(0, fleet.completed() - expected[path.name])
+        r.llm_calls_respent = max(0, fleet.completed() - expected[key])
         r.settle(state, expected, set(expected),
                  f"{len(state.documents)} document(s), {state.committed} rows"
                  + "".join(f"; run {i}: {x.tail()[-200:]}" for i, x in enumerate(results) if x.rc != 0))

@@ -156,7 +156,7 @@ def _materializations(instance: dg.DagsterInstance, asset: str) -> list:
 def run(dataset: Path, gold: Path, workdir: Path, floors: dict[str, float] | None, tolerance: float) -> dict:
     team = RedTeam(workdir, dataset, gold, floors, tolerance)
     rows: dict[str, dict] = {}
-    retrieved, missed = retrieved_tasks(team)
+    retrieved, _ = retrieved_tasks(team)
 
     # No production yet: the only tasks left living are ones the candidate misses.
     vacuous = team.derive(remove_evidence(retrieved), name="vacuous")

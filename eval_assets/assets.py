@@ -9,8 +9,6 @@ from datetime import date
 import dagster as dg
 
 from contextual_assets.coverage import coverage_of, live_documents, production_lag
-from contextual_assets.errors import ContextualError
-
 from contextual_assets.defs.resources import (
     ChunkStoreResource,
     EmbedderResource,
@@ -18,6 +16,7 @@ from contextual_assets.defs.resources import (
     ParsingResource,
     current_index_version,
 )
+from contextual_assets.errors import ContextualError
 
 from .dashboard import comparison_table, metric_metadata, regressions_table
 from .diagnostics import header_diagnostics

@@ -64,6 +64,18 @@ def settings_factory(tmp_path):
     return make
 
 
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    """The environment of a `ctx` subprocess: this test's home, inbox and source root, no inherited
+    CTX_*, DAGSTER_* or DATABASE_URL."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("CTX_", "DAGSTER_")) and k != "DATABASE_URL"}
+    environment.update({
+        "CTX_HOME": str(tmp_path / ".ctx"), "CTX_INBOX": str(tmp_path / "inbox"), "HF_HUB_OFFLINE": "1",
+        "CTX_SOURCE_ROOT": str(tmp_path), "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+    })
+    return environment
+
+
 @pytest.fixture(autouse=True)
 def _fresh_store_cache():
     from contextual_assets.defs.resources import clear_store_cache
@@ -90,7 +102,7 @@ class LlamaServer:
         self._subprocess = subprocess
         self.process = None
 
-    def start(self) -> "LlamaServer":
+    def start(self) -> LlamaServer:
         self.process = self._subprocess.Popen(self._cmd, stdout=open(self.log_path, "w"), stderr=self._subprocess.STDOUT)
         return self
 

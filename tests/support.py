@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,3 +36,12 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def run_ctx(env: dict[str, str], *args: str, check: bool = False) -> subprocess.CompletedProcess:
+    """`ctx` as a user runs it: a subprocess with settings from `env` (see the `env` fixture)."""
+    result = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", *args], env=env, cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=600)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result

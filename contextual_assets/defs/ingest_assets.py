@@ -11,7 +11,11 @@ import time
 
 import dagster as dg
 
-from contextual_assets.defs.build_targets import BuildTarget, current_target, production_target
+from contextual_assets.defs.build_targets import (
+    BuildTarget,
+    current_target,
+    production_target,
+)
 from contextual_assets.defs.partitions import documents_partitions
 from contextual_assets.defs.resources import (
     ChunkStoreResource,
@@ -99,7 +103,7 @@ def build_ingest_assets(partitions_per_run: int) -> dg.AssetsDefinition:
         if lag_reason:
             context.log.warning(f"{lag_reason}; this run's documents reach only {current.index_version}, and "
                                 f"`ctx status` lists what {gate.alias} misses")
-        source, fingerprint, version = current.header_source, current.fingerprint, current.index_version
+        source, version = current.header_source, current.index_version
         fleet_capacity = 0
         sampler = None
         if isinstance(source, OpenAIHeaderSource):

@@ -4,31 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.support import REPO_ROOT, copy_into
-
-
-def run_ctx(env, *args, check=False):
-    result = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", *args], env=env, cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=600)
-    if check:
-        assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
-@pytest.fixture
-def env(tmp_path):
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("CTX_", "DAGSTER_")) and k != "DATABASE_URL"}
-    environment.update({
-        "CTX_HOME": str(tmp_path / ".ctx"), "CTX_INBOX": str(tmp_path / "inbox"), "HF_HUB_OFFLINE": "1",
-        "CTX_SOURCE_ROOT": str(tmp_path),
-        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
-    })
-    return environment
+from tests.support import copy_into, run_ctx
 
 
 def test_ingest_search_status(tmp_path, env, samples_dir):

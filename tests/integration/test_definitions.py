@@ -41,7 +41,7 @@ def test_card_assets_groups_kinds_and_partitions(settings_factory):
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
     assert keys == {"parsed_chunks", "chunk_headers", "chunk_embeddings", "retrieval_eval", "promoted_index"}
     checks = {key.name for key in graph.asset_check_keys}
-    assert checks == {"eval_gate", "gold_hygiene", "header_diagnostics"}
+    assert checks == {"eval_gate", "gold_hygiene", "header_diagnostics", "production_freshness"}
     for name in ("parsed_chunks", "chunk_headers", "chunk_embeddings"):
         node = graph.get(dg.AssetKey(name))
         assert node.group_name == "ingest" and node.kinds

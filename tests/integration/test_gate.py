@@ -177,9 +177,9 @@ def test_reviewed_exceptions_are_scoped_and_keep_the_raw_score(world, tmp_path):
 def test_a_candidate_missing_a_production_document_is_blocked(world):
     store = world["store"]
     store.set_alias("production", world["good"], "test setup")
-    dropped = sorted(d.doc_id for d in store.documents(world["good"]))[0]
+    dropped = min(d.doc_id for d in store.documents(world["good"]))
     partial = derive_version(store, world["embedder"], world["good"], "unchanged", name="partial", drop_docs=(dropped,))
-    result, checks, promoted = evaluate_and_promote(world, partial)
+    _, checks, promoted = evaluate_and_promote(world, partial)
     live = len(store.documents(world["good"]))
     assert not checks["eval_gate"].passed and promoted == [] and store.get_alias("production") == world["good"]
     reasons = checks["eval_gate"].metadata["reasons"].value

@@ -45,7 +45,7 @@ def test_killed_pipelined_run_leaves_only_whole_documents(backend, tmp_path, req
     env.update({
         "CTX_HOME": str(tmp_path / ".ctx"), "DAGSTER_HOME": str(home), "HF_HUB_OFFLINE": "1",
         "CTX_HEADER_SOURCE": "openai", "CTX_LLM_BASE_URLS": ",".join(sim.base_urls), "CTX_LLM_MAX_IN_FLIGHT": "1",
-        "CTX_CHUNK_TOKENS": str(CHUNK_TOKENS), "DATABASE_URL": database_url,
+        "CTX_CHUNK_TOKENS": str(CHUNK_TOKENS), "DATABASE_URL": database_url, "CTX_SOURCE_ROOT": str(tmp_path),
     })
     command = [sys.executable, "-m", "contextual_assets.app.cli", "ingest", str(docs)]
     # The instance's storage exists before `ctx` starts, so polling it never races its creation.

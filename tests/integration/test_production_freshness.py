@@ -11,7 +11,7 @@ import os
 import dagster as dg
 
 from bench.sim.process import SimFleet
-from tests.integration.test_cli import env, run_ctx  # noqa: F401 - the `env` fixture
+from tests.support import run_ctx
 
 DOCS = {
     "alpha.md": "# Alpha valves\n\n## Maintenance\n\nThe alpha valve is greased every 90 days with silicone paste.\n",
@@ -44,7 +44,7 @@ def search_production(env, query):
     return json.loads(run_ctx(env, "search", query, "--json", "-k", "3", check=True).stdout)
 
 
-def test_new_and_edited_documents_reach_production_after_a_header_change(tmp_path, env):  # noqa: F811
+def test_new_and_edited_documents_reach_production_after_a_header_change(tmp_path, env):
     env = {**env, "CTX_HEADER_SOURCE": "structural", "CTX_SOURCE_ROOT": str(tmp_path)}
     docs = tmp_path / "docs"
     write_docs(docs, DOCS)
@@ -69,7 +69,7 @@ def test_new_and_edited_documents_reach_production_after_a_header_change(tmp_pat
     assert "45 days" in hits[0]["text"] and not any("90 days" in h["text"] for h in hits)
 
 
-def test_production_that_cannot_be_built_shows_its_lag(tmp_path, env):  # noqa: F811
+def test_production_that_cannot_be_built_shows_its_lag(tmp_path, env):
     sim = SimFleet.start(tmp_path, time_scale=0.02, speeds=(1.0,), root="weights-a")
     try:
         fleet_env = {**env, "CTX_HEADER_SOURCE": "openai", "CTX_LLM_BASE_URLS": sim.base_urls[0],
