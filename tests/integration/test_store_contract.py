@@ -201,6 +201,30 @@ def test_eval_runs_round_trip(store):
     assert latest["metrics"] == {"hybrid": {"mrr": 0.5}} and latest["gate"] == {"passed": True}
     assert store.latest_eval_run("iv-a", "other") is None
     assert store.eval_tasks("r1") == [task]
+    assert store.eval_run("r1")["gate"] == {"passed": True} and store.eval_run("missing") is None
+
+
+def test_index_version_recipe_and_coverage(store):
+    from contextual_assets.coverage import coverage_of, live_documents, production_lag
+
+    recipe = {"headers": {"source": "structural"}, "chunk_tokens": 60}
+    store.register_index_version("iv-a", {"header_source": "structural"}, recipe)
+    store.register_index_version("iv-a", {"header_source": "structural"})  # a later run without one keeps it
+    assert store.index_version("iv-a")["recipe"] == recipe and store.index_version("iv-zz") is None
+    assert {v["index_version"]: v["recipe"] for v in store.index_versions()} == {"iv-a": recipe}
+
+    for doc in ("a.txt", "b.txt", "c.txt"):
+        store.register_source(SourceRecord(doc_id=doc, path=f"/in/{doc}", file_hash="ab" * 32))
+    put(store, "a.txt", ["alpha"], version="iv-a")
+    put(store, "b.txt", ["beta"], version="iv-a")
+    store.register_source(SourceRecord(doc_id="b.txt", path="/in/b.txt", file_hash="cd" * 32))  # edited since
+    coverage = coverage_of(store, "iv-a", live_documents(store))
+    assert (coverage.live, coverage.covered, coverage.missing, coverage.outdated) == (3, 1, ["c.txt"], ["b.txt"])
+    assert coverage.summary() == ("candidate iv-a covers 1 of 3 live documents; 1 missing (c.txt); "
+                                  "1 at an older revision (b.txt)")
+    assert production_lag(store) is None
+    store.set_alias("production", "iv-a", "test")
+    assert production_lag(store).missing == ["c.txt"]
 
 
 def test_commit_requires_the_current_source_when_asked(store):
