@@ -3,6 +3,7 @@ structural headers, the bundled MiniLM embedder), and show search results."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +17,8 @@ def main() -> int:
     samples_dir = Path(settings.home) / "demo" / "samples"
     paths = write_sample_corpus(samples_dir)
     print(f"wrote {len(paths)} sample documents to {samples_dir}")
+    # Keys relative to the demo folder (`samples/...`), wherever the demo runs from.
+    os.environ["CTX_SOURCE_ROOT"] = str(samples_dir.parent.absolute())
     code = ctx_main(["ingest", str(samples_dir)])
     if code != 0:
         print("demo: ingest reported failures (see above)", file=sys.stderr)
