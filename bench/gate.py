@@ -45,6 +45,11 @@ from eval_assets.gold.gold_set import GoldTask, load_gold, write_gold
 RED_TEAM = ("vacuous_first_promotion", "partial_candidate", "stale_gold", "lost_evidence", "alias_swap",
             "expired_exception", "embedder_swap", "swapped_headers", "truncated_chunks")
 METRICS = ("pass_at_5", "pass_at_10", "pass_at_20", "mrr", "ndcg_at_10")
+# What each case must be blocked *by* (a case blocked for another reason, or crashed, does not count).
+EXPECTED_REASON = {"vacuous_first_promotion": "below the floor", "partial_candidate": "live documents",
+                   "stale_gold": "stale+broken", "lost_evidence": "fell", "alias_swap": "new index version",
+                   "expired_exception": "expired on", "embedder_swap": "fell", "swapped_headers": "fell",
+                   "truncated_chunks": "fell"}
 
 
 class RedTeam:
@@ -89,9 +94,15 @@ class RedTeam:
             reasons = [f"evaluation failed: {failure_message(result)}"]
             metrics = dict.fromkeys(METRICS, None)
         else:
-            reasons = [r for r in checks["eval_gate"].metadata["reasons"].value.split("; ") if r != "none"]
+            gate_metadata = checks["eval_gate"].metadata
+            reasons = [r for r in gate_metadata["reasons"].value.split("; ") if r != "none"]
+            ignored = gate_metadata["ignored_exceptions"].value
+            if ignored != "none":
+                reasons.append(f"exceptions not applied: {ignored[:200]}")
             metrics = {m: evaluation[f"hybrid_{m}"].value for m in METRICS}
-        return {"name": name, "index_version": version, "blocked": not promoted, "reasons": reasons,
+        expected = EXPECTED_REASON.get(name, "")
+        return {"name": name, "index_version": version, "expected_reason": expected,
+                "blocked": not promoted and any(expected in r for r in reasons), "reasons": reasons,
                 "production_before": before, "production_after": self.store.get_alias("production"), **metrics}
 
     def derive(self, transform, **kwargs) -> str:
@@ -143,7 +154,8 @@ def alias_swap(workdir: Path, samples: list[tuple[str, Path]]) -> dict:
     if production == before:
         reasons.append(f"production stays {before} until the new version passes the gate")
     blocked = bool(after) and cache_hits == 0 and production == before and all(o.success for o in result)
-    return {"name": "alias_swap", "index_version": after[0] if after else before, "blocked": blocked,
+    return {"name": "alias_swap", "index_version": after[0] if after else before,
+            "expected_reason": EXPECTED_REASON["alias_swap"], "blocked": blocked,
             "reasons": reasons, "production_before": before, "production_after": production,
             **dict.fromkeys(METRICS, None)}
 

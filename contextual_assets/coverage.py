@@ -6,6 +6,8 @@ lags (its freshness check warns)."""
 
 from __future__ import annotations
 
+import os
+
 from pydantic import BaseModel
 
 from contextual_assets.store import ChunkStore
@@ -48,13 +50,21 @@ def _ids(ids: list[str], limit: int = 5) -> str:
 
 
 def live_documents(store: ChunkStore, production: str | None = None) -> dict[str, str | None]:
-    """doc_id -> the revision (file hash) a version must hold: registered sources, plus production's
-    documents that are no longer registered (a candidate may not silently drop them either)."""
-    live: dict[str, str | None] = {s.doc_id: s.file_hash for s in store.list_sources()}
+    """doc_id -> the revision (file hash) a version must hold: registered sources whose file still
+    exists, plus production's documents that were never registered (a candidate may not silently
+    drop them either). A registered file that is gone is no longer live."""
+    sources = store.list_sources()
+    live: dict[str, str | None] = {s.doc_id: s.file_hash for s in sources if _exists(s.path)}
     if production:
+        registered = {s.doc_id for s in sources}
         for document in store.documents(production):
-            live.setdefault(document.doc_id, document.file_hash)
+            if document.doc_id not in registered:
+                live.setdefault(document.doc_id, document.file_hash)
     return live
+
+
+def _exists(path: str) -> bool:
+    return "://" in path or os.path.lexists(path)  # a URI source is live while registered
 
 
 def coverage_of(store: ChunkStore, index_version: str, live: dict[str, str | None]) -> VersionCoverage:

@@ -83,7 +83,8 @@ def retrieval_eval(
                             gold, production_version)
         save_report(chunk_store, baseline)
     coverage = coverage_of(chunk_store, candidate, live_documents(chunk_store, production_version))
-    blocking = [coverage.summary()] if coverage.share < gate.min_coverage or (
+    blocking = [f"{coverage.summary()} (CTX_GATE_MIN_COVERAGE {gate.min_coverage:g}; ingest them, or remove files "
+                "that cannot be ingested)"] if coverage.share < gate.min_coverage or (
         gate.min_coverage >= 1.0 and not coverage.complete) else []
     record = chunk_store.index_version(candidate)
     scope = ExceptionScope(index_version=candidate, evaluator_id=report.evaluator_id, today=date.today(),
@@ -125,11 +126,17 @@ def retrieval_eval(
 def _latest_eval(context, store: ChunkStoreResource) -> tuple[dict, dict]:
     """The evaluation this run materialized (a concurrent run's must never be read as ours); a check
     executed on its own reads the latest one and says so."""
-    records = context.instance.fetch_materializations(dg.AssetKey("retrieval_eval"), limit=100).records
-    if not records:
+    key, latest, record, cursor = dg.AssetKey("retrieval_eval"), None, None, None
+    for _ in range(20):  # newest first, 100 per page: this run's own record is near the top
+        page = context.instance.fetch_materializations(key, limit=100, cursor=cursor)
+        latest = latest or (page.records[0] if page.records else None)
+        record = next((r for r in page.records if r.run_id == context.run.run_id), None)
+        if record is not None or not page.has_more:
+            break
+        cursor = page.cursor
+    record = record or latest
+    if record is None:
         raise dg.Failure(description="retrieval_eval has not been materialized")
-    own = [r for r in records if r.run_id == context.run.run_id]
-    record = own[0] if own else records[0]
     metadata = record.asset_materialization.metadata
     run = store.open().eval_run(metadata["run_id"].value)
     if run is None:

@@ -11,6 +11,7 @@ from typing import Any
 from contextual_assets.embedding import Embedder
 from contextual_assets.errors import ContextualError
 from contextual_assets.fleet.config import FleetConfig
+from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
 from contextual_assets.headers.base import HeaderSource
 from contextual_assets.headers.structural import NoHeaderSource, StructuralHeaderSource
 from contextual_assets.index_version import index_fingerprint, index_version_of
@@ -106,9 +107,13 @@ def _header_source(fingerprint: dict[str, Any], recipe: dict[str, Any], headers:
         return NoHeaderSource()
     try:
         config = headers.fleet_config() if headers.resolved_source()[0] == "openai" else None
+        served = recipe.get("served_model")
         if recipe.get("fleet") and (config is None or config.model_dump(mode="json", exclude={"model"}) != recipe["fleet"]):
             # Another fleet than today's: its recorded served name, validated against /v1/models.
-            config = FleetConfig.model_validate({**recipe["fleet"], "model": recipe.get("served_model")})
+            config = FleetConfig.model_validate({**recipe["fleet"], "model": served})
+        elif served and config is not None and (config.model or DEFAULT_DISCOVERY.resolve_fleet(config).name) != served:
+            # Today's fleet under another name (e.g. CTX_LLM_MODEL moved on): production's own name.
+            config = config.model_copy(update={"model": served})
         # The same fleet as today's shares its pool (one set of per-replica caps); either way the
         # fingerprint check in `recorded_target` proves the weights behind the name are unchanged.
         if config is None:

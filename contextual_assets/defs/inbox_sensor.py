@@ -46,6 +46,15 @@ def build_new_documents_sensor(job, inbox: str, partitions_per_run: int,
         changed = {key: entry for key, entry in sorted(current.entries.items())
                    if key in added_set or key not in previous.entries
                    or previous.entries[key].sha256 != entry.sha256}
+        # A key `ctx ingest` gave a file outside the inbox is not silently re-pointed at an inbox file.
+        owners = {s.doc_id: s.path for s in chunk_store.list_sources() if s.doc_id in changed}
+        for key, entry in list(changed.items()):
+            owner = owners.get(key)
+            if owner and owner != str(Path(entry.path).resolve()) and os.path.exists(owner) \
+                    and not Path(owner).is_relative_to(root.resolve()):
+                context.log.warning(f"refused: {entry.path}: document key '{key}' belongs to {owner} (ingested "
+                                    "with ctx ingest); rename one of them")
+                del changed[key]
         # One transaction for every new or changed file (one per file is minutes for 10,000 files on
         # DuckDB). The resolved path: a file swapped for a symlink later is refused when read.
         chunk_store.register_sources([SourceRecord(doc_id=key, path=str(Path(entry.path).resolve()),

@@ -155,7 +155,8 @@ def build_ingest_assets(partitions_per_run: int) -> dg.AssetsDefinition:
             # headers: both fleets work at once.
             same_headers = fresh_target.header_source.identity == source.identity
             runs.add(gate.alias, pipeline_for(fresh_target), keys, after="current" if same_headers else None)
-        production_update = (f"with this run ({fresh_target.index_version})" if fresh_target is not None
+        production_update = (f"scheduled in this run ({fresh_target.index_version}; see its observation)"
+                             if fresh_target is not None
                              else f"not built: {lag_reason}" if lag_reason else "none (production is this version)")
         started = time.monotonic()
         failures: dict[str, StageEvent] = {}
@@ -171,6 +172,9 @@ def build_ingest_assets(partitions_per_run: int) -> dg.AssetsDefinition:
                             "chunks": event.metadata["chunks"], "note": f"kept {role} fresh"})
                     elif event.kind == "failed":
                         fresh_failures[event.key] = str(event.error)
+                        yield dg.AssetObservation(asset_key="chunk_embeddings", partition=event.key, metadata={
+                            "index_version": fresh_target.index_version, "role": role,
+                            "note": f"{role} not updated: {event.error}"})
                     continue
                 if event.kind == "warning":
                     context.log.warning(event.error or "")

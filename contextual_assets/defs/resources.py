@@ -287,7 +287,9 @@ def build_resources(settings: PlatformSettings, env_vars: bool = False) -> dict[
         "embedder": EmbedderResource(base_url=value("embed_base_url"), model=value("embed_model"),
                                      api_key_env=settings.embed_api_key_env),
         "gate": EvalGateResource(gold_path=value("gold_path"), floors_json=settings.gate_floors_json,
-                                 tolerance=settings.gate_tolerance, exceptions_path=value("gate_exceptions_path")),
+                                 tolerance=settings.gate_tolerance,
+                                 max_unhealthy_share=settings.gate_max_unhealthy_share,
+                                 min_coverage=settings.gate_min_coverage, exceptions_path=value("gate_exceptions_path")),
     }
 
 

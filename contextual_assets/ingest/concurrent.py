@@ -24,9 +24,17 @@ class ConcurrentPipelines:
         pipeline, keys, _ = self._pipelines[role]
 
         def drain() -> None:
+            finished: set[str] = set()
             try:
                 for event in pipeline.run(keys):
+                    if event.kind in ("committed", "failed"):
+                        finished.add(event.key)
                     self._events.put((role, event))
+            except Exception as exc:  # noqa: BLE001 - reported per document, never a silent success
+                error = f"internal error: {type(exc).__name__}: {exc}"
+                for key in keys:
+                    if key not in finished:
+                        self._events.put((role, StageEvent("failed", key, error=error)))
             finally:
                 self._events.put((role, None))
 

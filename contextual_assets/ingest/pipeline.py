@@ -223,7 +223,12 @@ class DocumentPipeline:
                     break
                 except queue.Full:
                     continue
-        self._parsed.put(_DONE)
+        while not self._stop.is_set():  # a stopped run's admission loop no longer drains the queue
+            try:
+                self._parsed.put(_DONE, timeout=0.5)
+                return
+            except queue.Full:
+                continue
 
     # ---- headers -----------------------------------------------------------------------------
     def _admit_loop(self) -> None:

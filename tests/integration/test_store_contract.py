@@ -204,7 +204,7 @@ def test_eval_runs_round_trip(store):
     assert store.eval_run("r1")["gate"] == {"passed": True} and store.eval_run("missing") is None
 
 
-def test_index_version_recipe_and_coverage(store):
+def test_index_version_recipe_and_coverage(store, tmp_path):
     from contextual_assets.coverage import coverage_of, live_documents, production_lag
 
     recipe = {"headers": {"source": "structural"}, "chunk_tokens": 60}
@@ -213,11 +213,13 @@ def test_index_version_recipe_and_coverage(store):
     assert store.index_version("iv-a")["recipe"] == recipe and store.index_version("iv-zz") is None
     assert {v["index_version"]: v["recipe"] for v in store.index_versions()} == {"iv-a": recipe}
 
-    for doc in ("a.txt", "b.txt", "c.txt"):
-        store.register_source(SourceRecord(doc_id=doc, path=f"/in/{doc}", file_hash="ab" * 32))
+    for doc in ("a.txt", "b.txt", "c.txt", "gone.txt"):
+        (tmp_path / doc).write_text(doc)
+        store.register_source(SourceRecord(doc_id=doc, path=str(tmp_path / doc), file_hash="ab" * 32))
+    (tmp_path / "gone.txt").unlink()  # a registered file that no longer exists is not live
     put(store, "a.txt", ["alpha"], version="iv-a")
     put(store, "b.txt", ["beta"], version="iv-a")
-    store.register_source(SourceRecord(doc_id="b.txt", path="/in/b.txt", file_hash="cd" * 32))  # edited since
+    store.register_source(SourceRecord(doc_id="b.txt", path=str(tmp_path / "b.txt"), file_hash="cd" * 32))  # edited
     coverage = coverage_of(store, "iv-a", live_documents(store))
     assert (coverage.live, coverage.covered, coverage.missing, coverage.outdated) == (3, 1, ["c.txt"], ["b.txt"])
     assert coverage.summary() == ("candidate iv-a covers 1 of 3 live documents; 1 missing (c.txt); "

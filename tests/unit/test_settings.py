@@ -101,3 +101,14 @@ def test_the_readme_lists_every_variable():
     readme = (REPO_ROOT / "README.md").read_text()
     missing = [env_names(name)[0] for name in PlatformSettings.model_fields if f"`{env_names(name)[0]}`" not in readme]
     assert not missing, f"README's settings table lacks {missing}"
+
+
+def test_gate_settings_reach_the_gate_resource(monkeypatch):
+    from contextual_assets.defs.resources import build_resources
+
+    monkeypatch.setenv("CTX_GATE_MIN_COVERAGE", "0.5")
+    monkeypatch.setenv("CTX_GATE_MAX_UNHEALTHY_SHARE", "0.4")
+    monkeypatch.setenv("CTX_GATE_FLOORS", '{"pass_at_5": 0.3}')
+    gate = build_resources(PlatformSettings.from_env())["gate"]
+    policy = gate.policy()
+    assert gate.min_coverage == 0.5 and policy.max_unhealthy_share == 0.4 and policy.floors == {"pass_at_5": 0.3}
