@@ -83,9 +83,9 @@ def retrieval_eval(
                             gold, production_version)
         save_report(chunk_store, baseline)
     coverage = coverage_of(chunk_store, candidate, live_documents(chunk_store, production_version))
-    blocking = [f"{coverage.summary()} (CTX_GATE_MIN_COVERAGE {gate.min_coverage:g}; ingest them, or remove files "
-                "that cannot be ingested)"] if coverage.share < gate.min_coverage or (
-        gate.min_coverage >= 1.0 and not coverage.complete) else []
+    short = coverage.share < gate.min_coverage or (gate.min_coverage >= 1.0 and not coverage.complete)
+    hint = f"CTX_GATE_MIN_COVERAGE {gate.min_coverage:g}; ingest them, or remove files that cannot be ingested"
+    blocking = [f"{coverage.summary()} ({hint})"] if short else []
     record = chunk_store.index_version(candidate)
     scope = ExceptionScope(index_version=candidate, evaluator_id=report.evaluator_id, today=date.today(),
                            header_model=record["fingerprint"]["header_model"] if record else "")
