@@ -191,7 +191,7 @@ def _regression(metric: str, cand: list[dict], prod: list[dict], policy: GatePol
     if over or significant:
         judged = (f"over the tolerance {tolerance:.3f}" if over else f"within the tolerance {tolerance:.3f}")
         judged += (" and a significant drop" if over else " but a significant drop") if significant else \
-            "; not significant"
+            ", not significant"
         reason = (f"{metric} fell {-delta:.3f} against production ({judged}: {policy.confidence:.0%} CI "
                   f"{low:+.3f}..{high:+.3f}, sign test p={p_sign:.3g})")
     return {"candidate_compared": _mean(cand, metric), "production": _mean(prod, metric), "delta": delta,
