@@ -296,7 +296,8 @@ def test_faults_errors_stalls_disconnects(client):
         with pytest.raises(httpx.TimeoutException), httpx.Client(timeout=0.1) as impatient:
             post_chat(impatient, url, words(200, "t"), max_tokens=1000)
         deadline = time.monotonic() + 3
-        while fleet.stats()[0]["aborted"] < 1 and time.monotonic() < deadline:
+        # The abort and the engine's release of the sequence are two steps: wait for both.
+        while (fleet.stats()[0]["aborted"] < 1 or fleet.stats()[0]["running"]) and time.monotonic() < deadline:
             time.sleep(0.02)
         s = fleet.stats()[0]
         assert s["aborted"] == 1 and s["running"] == 0
