@@ -632,27 +632,24 @@ class Replica:
         async def metrics(request):
             return PlainTextResponse(self.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-        async def admin_faults(request):
-            if request.method == "POST":
-                try:
-                    body = await request.json()
-                    if not isinstance(body, dict):
-                        raise ValueError("expected a JSON object")
-                    return JSONResponse(self.set_faults(**body))
-                except (ValueError, TypeError) as exc:
-                    return _error(400, str(exc), "BadRequestError")
-            return JSONResponse(dataclasses.asdict(self.faults))
+        def admin(update, current):
+            """GET answers `current()`; POST applies a JSON object's keys with `update(**body)`."""
 
-        async def admin_model(request):
-            if request.method == "POST":
-                try:
-                    body = await request.json()
-                    if not isinstance(body, dict):
-                        raise TypeError("expected a JSON object")
-                    return JSONResponse(self.set_model(**body))
-                except (ValueError, TypeError) as exc:
-                    return _error(400, str(exc), "BadRequestError")
-            return JSONResponse(self.model_entry())
+            async def endpoint(request):
+                if request.method == "POST":
+                    try:
+                        body = await request.json()
+                        if not isinstance(body, dict):
+                            raise TypeError("expected a JSON object")
+                        return JSONResponse(update(**body))
+                    except (ValueError, TypeError) as exc:
+                        return _error(400, str(exc), "BadRequestError")
+                return JSONResponse(current())
+
+            return endpoint
+
+        admin_faults = admin(self.set_faults, lambda: dataclasses.asdict(self.faults))
+        admin_model = admin(self.set_model, self.model_entry)
 
         async def admin_stats(request):
             return JSONResponse(self.stats())
