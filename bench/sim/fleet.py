@@ -14,6 +14,9 @@ Endpoints per replica::
                                 served name; parent: a LoRA adapter's base model, else null)
     POST /v1/chat/completions   non-streaming chat completions, usage, finish_reason, max_tokens
     POST /v1/embeddings         deterministic unit vectors (dim 32) when serve_embeddings
+    POST /v1/rerank, /rerank    query + documents -> results by relevance_score (vLLM / Jina / Cohere shape),
+                                top_n; scored by ``relevance`` (a word-overlap proxy for a cross-encoder)
+    POST /v1/score, /score      text_1 x text_2 (1:N or N:N) -> one score per pair, same proxy
     GET  /metrics               Prometheus text with vLLM metric names (model_name label)
     GET  /health                200 while the replica is up
     GET|POST /admin/faults      read / partially update this replica's fault injection (JSON)
@@ -41,6 +44,15 @@ Cost model (one engine loop per replica, continuous batching, times in *simulate
   how far behind it ever got);
 * the prefix cache holds blocks of ``block_size`` tokens keyed by the hash of every token up to and
   including the block (only identical leading blocks hit), LRU with ``prefix_cache_blocks`` blocks.
+
+Scoring (/rerank, /score) is prefill only: a request of P prompt tokens (each (query, document) pair
+is one sequence, so the query counts once per document) costs ``prefill_s_per_token * P / speed``,
+served one request after another in a lane of its own beside the chat engine (vLLM serves a
+reranker as a separate pooling model; its batches are compute-bound, so serial time is about
+batched time). No prefix cache, no decode. The tokens count in ``prompt_tokens`` /
+``vllm:prompt_tokens``; ``stats()`` has ``rerank_requests``, ``score_requests`` and ``scoring_s``
+(simulated seconds, not part of ``busy_s``). Faults: errors and stalls as for chat, no malformed
+answers; a pair over ``max_model_len`` is a 400.
 
 Default costs (``ReplicaSpec``) are those of one modern GPU serving a small (1-3B) model:
 
@@ -73,7 +85,7 @@ id get their ordinal as a string).
 
 Faults (``FaultConfig``; construction, ``FleetSimulator.set_faults`` or ``POST /admin/faults``):
 
-* ``error_rate``: HTTP 500 with an OpenAI-style error body (chat and embeddings);
+* ``error_rate``: HTTP 500 with an OpenAI-style error body (chat, embeddings, rerank and score);
 * ``stall_s`` / ``stall_rate``: the request sleeps ``stall_s`` *wall* seconds before it is processed;
 * ``kill_at_s`` / ``restart_at_s``: *wall* seconds after fleet start. A kill closes the listening
   socket (new connections: ``ConnectionRefusedError`` / ``httpx.ConnectError``), aborts every open
@@ -136,6 +148,13 @@ _CHUNK_RE = re.compile(r"<chunk(?P<attrs>[^>]*)>(?P<body>.*?)</chunk>", re.DOTAL
 _ID_RE = re.compile(r"""\bid\s*=\s*["']([^"']*)["']""")
 _TITLE_RE = re.compile(r"""<document[^>]*\btitle\s*=\s*"([^"]*)\"""")
 _WORD_CLEAN = re.compile(r"[^\w\-']+")
+_ALNUM_RUN = re.compile(r"[^\W_]+")  # letters and digits; underscores split identifiers
+_CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # diff|Executor, HTTP|Server
+_STOPWORDS = frozenset({
+    "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "has", "have", "how", "in",
+    "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "was", "what", "when", "where", "which",
+    "who", "why", "will", "with"})
+_BREVITY_WEIGHT = 0.1  # < 1: brevity orders documents with equal hits, never outweighs one more hit
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,6 +273,37 @@ def embedding_vector(text: str, dim: int = 32) -> list[float]:
     return [v / norm for v in vec]
 
 
+def content_words(text: str) -> set[str]:
+    """The distinct content words of a text for ``relevance``: lowercased runs of letters and digits,
+    identifiers also split at underscores and camelCase humps (``DiffExecutor`` -> diff, executor),
+    without one-character words and a few English stopwords (they would match almost any document)."""
+    words = set()
+    for run in _ALNUM_RUN.findall(text):
+        for part in _CAMEL_HUMP.split(run):
+            word = part.lower()
+            if len(word) > 1 and word not in _STOPWORDS:
+                words.add(word)
+    return words
+
+
+def relevance(query: str, document: str) -> float:
+    """A deterministic stand-in for a cross-encoder's relevance score, in [0, 1].
+
+    ``(hits + w * brevity) / (wanted + w)`` with ``wanted`` the query's distinct content words, ``hits``
+    those found in the document, ``brevity = 64 / (64 + document tokens)`` in (0, 1] and w = 0.1:
+    essentially the share of the query's words the document covers. Since w * brevity < 1, one more
+    hit always wins, so a document with all the query's words outscores one with half of them at any
+    length; among equal hits the shorter (more focused) document wins, so scores rarely tie."""
+    wanted = content_words(query)
+    hits = len(wanted & content_words(document))
+    brevity = 64 / (64 + len(document.split()))
+    return (hits + _BREVITY_WEIGHT * brevity) / (len(wanted) + _BREVITY_WEIGHT)
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(x, str) for x in value)
+
+
 def _error(status: int, message: str, err_type: str):
     from starlette.responses import JSONResponse
 
@@ -305,7 +355,7 @@ class _Seq:
         return len(self.tokens)
 
 
-_FLOAT_ACCT = ("busy_s", "prefill_s", "decode_s", "busy_wall_s", "max_lag_s")
+_FLOAT_ACCT = ("busy_s", "prefill_s", "decode_s", "busy_wall_s", "max_lag_s", "scoring_s")
 _COUNTER_FIELDS = ("prompt_tokens", "generation_tokens", "prefix_hit_tokens", "prefix_query_tokens",
                    "success_stop", "success_length")
 
@@ -339,7 +389,9 @@ class Replica:
         self.metrics_created = time.time()
         self.acct: dict[str, float] = dict.fromkeys(
             ("busy_s", "prefill_s", "decode_s", "busy_wall_s", "steps", "max_lag_s", "reanchors", "errors_injected", "stalls_injected",
-             "malformed_injected", "rejected", "dropped", "aborted", "kills", "restarts", "embeddings"), 0)
+             "malformed_injected", "rejected", "dropped", "aborted", "kills", "restarts", "embeddings",
+             "rerank_requests", "score_requests", "scoring_s"), 0)
+        self.scoring_free_at = 0.0  # loop time at which the scoring lane has served what it was given
         self.app = self._build_app()
 
     def _fault_seed(self) -> int:
@@ -395,6 +447,7 @@ class Replica:
         self.waiting = collections.deque()
         self.running = []
         self.cache.clear()
+        self.scoring_free_at = 0.0  # the queued scoring work died with the process
         server.should_exit = True
         server.force_exit = True
         try:
@@ -658,6 +711,10 @@ class Replica:
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/embeddings", self._embeddings, methods=["POST"]),
+            Route("/v1/rerank", self._rerank, methods=["POST"]),
+            Route("/rerank", self._rerank, methods=["POST"]),  # vLLM serves both paths
+            Route("/v1/score", self._score, methods=["POST"]),
+            Route("/score", self._score, methods=["POST"]),
             Route("/metrics", metrics, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/admin/faults", admin_faults, methods=["GET", "POST"]),
@@ -688,6 +745,18 @@ class Replica:
             return None, _error(400, "request body must be a JSON object", "BadRequestError")
         return body, None
 
+    def _model_error(self, body: dict):
+        """404 unless the request names the served model (no name: the served one); else None."""
+        model = body.get("model") or self.spec.model_name
+        if model != self.spec.model_name:
+            self.acct["rejected"] += 1
+            return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        return None
+
+    def _bad_request(self, message: str):
+        self.acct["rejected"] += 1
+        return _error(400, message, "BadRequestError")
+
     async def _chat(self, request):
         from starlette.responses import JSONResponse
 
@@ -695,10 +764,9 @@ class Replica:
         if err is not None:
             return err
         spec = self.spec
-        model = body.get("model") or spec.model_name
-        if model != spec.model_name:
-            self.acct["rejected"] += 1
-            return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        err = self._model_error(body)
+        if err is not None:
+            return err
         if body.get("stream"):
             self.acct["rejected"] += 1
             return _error(400, "the fleet simulator does not stream; send stream=false", "BadRequestError")
@@ -849,6 +917,110 @@ class Replica:
                      for i, x in enumerate(inputs)],
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         })
+
+    # ---- scoring (cross-encoder endpoints)
+
+    async def _rerank(self, request):
+        """POST /v1/rerank and /rerank: documents by relevance to the query, best first, top_n of them."""
+        from starlette.responses import JSONResponse
+
+        body, err = await self._read_json(request)
+        if err is not None:
+            return err
+        err = self._model_error(body)
+        if err is not None:
+            return err
+        query, documents, top_n = body.get("query"), body.get("documents"), body.get("top_n")
+        if not isinstance(query, str) or not query.strip():
+            return self._bad_request("query must be a non-empty string")
+        if not _is_str_list(documents):
+            return self._bad_request("documents must be a list of strings")
+        if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool)):
+            return self._bad_request("top_n must be an integer")
+        scores, n_tokens, err = await self._score_pairs([(query, d) for d in documents])
+        if err is not None:
+            return err
+        self.acct["rerank_requests"] += 1
+        # Stable sort: equal scores keep the documents' order. top_n <= 0 means all, as in vLLM.
+        order = sorted(range(len(documents)), key=lambda i: -scores[i])
+        if top_n is not None and top_n > 0:
+            order = order[:top_n]
+        return JSONResponse({
+            "id": f"rerank-{uuid.uuid4().hex}", "model": self.spec.model_name,
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+            "results": [{"index": i, "document": {"text": documents[i]}, "relevance_score": scores[i]}
+                        for i in order],
+        })
+
+    async def _score(self, request):
+        """POST /v1/score and /score: one score per (text_1, text_2) pair, 1:N or N:N, in input order."""
+        from starlette.responses import JSONResponse
+
+        body, err = await self._read_json(request)
+        if err is not None:
+            return err
+        err = self._model_error(body)
+        if err is not None:
+            return err
+        sides = []
+        for key in ("text_1", "text_2"):
+            value = body.get(key)
+            value = [value] if isinstance(value, str) else value
+            if not _is_str_list(value) or not value:
+                return self._bad_request(f"{key} must be a string or a non-empty list of strings")
+            sides.append(value)
+        firsts, seconds = sides
+        if len(firsts) == 1:  # 1:N; vLLM broadcasts a one-item list as it does a string
+            firsts = firsts * len(seconds)
+        elif len(firsts) != len(seconds):
+            return self._bad_request(f"text_1 and text_2 must be 1:1, 1:N or N:N, got {len(firsts)} and "
+                                     f"{len(seconds)} items")
+        scores, n_tokens, err = await self._score_pairs(list(zip(firsts, seconds)))
+        if err is not None:
+            return err
+        self.acct["score_requests"] += 1
+        return JSONResponse({
+            "id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
+            "model": self.spec.model_name,
+            "data": [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)],
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens, "completion_tokens": 0},
+        })
+
+    async def _score_pairs(self, pairs: list[tuple[str, str]]):
+        """(scores, prompt tokens, None), or (None, 0, error response): faults, the context limit per
+        pair, then the prefill time of every pair (a cross-encoder reads query and document together)."""
+        fault = await self._pre_faults()
+        if fault is not None:
+            return None, 0, fault
+        lengths = [len(q.split()) + len(d.split()) for q, d in pairs]
+        longest = max(lengths, default=0)
+        if longest > self.spec.max_model_len:
+            return None, 0, self._bad_request(
+                f"This model's maximum context length is {self.spec.max_model_len} tokens. However, you requested "
+                f"{longest} tokens in the input for scoring. Please reduce the length of the input.")
+        n_tokens = sum(lengths)
+        err = await self._scoring_time(n_tokens)
+        if err is not None:
+            return None, 0, err
+        self.counters["prompt_tokens"] += n_tokens
+        return [relevance(q, d) for q, d in pairs], n_tokens, None
+
+    async def _scoring_time(self, n_tokens: int):
+        """Wait out a scoring request's prefill in the replica's scoring lane (FIFO, one request at a
+        time); None, or a 503 when the replica was killed meanwhile."""
+        spec = self.spec
+        cost = spec.prefill_s_per_token * max(1, n_tokens) / spec.speed
+        loop = asyncio.get_running_loop()
+        epoch = self.epoch
+        # Each request's end is fixed on arrival from the lane's own clock, so sleep overshoot does not
+        # add up across a queue of requests.
+        done_at = max(loop.time(), self.scoring_free_at) + cost * self.fleet.time_scale
+        self.scoring_free_at = done_at
+        self.acct["scoring_s"] += cost
+        await asyncio.sleep(max(0.0, done_at - loop.time()))
+        if epoch != self.epoch or not self.alive:
+            return _error(503, "replica restarted during the request", "ServiceUnavailableError")
+        return None
 
 
 async def _wait_disconnect(request) -> None:

@@ -4,7 +4,8 @@ documents and chunks.
 SQL is written with `?` placeholders and always parameterized; back-ends translate the
 placeholder style. Dialect-specific parts are DDL, the embedding column and dense search.
 The other concerns are mixins over the same primitives: header cache (header_cache.py),
-aliases (aliases.py), evaluation runs (eval_runs.py) and search (search.py).
+aliases (aliases.py), evaluation runs (eval_runs.py), the lexical index (lexical_index.py) and search
+(search.py).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from .aliases import AliasTable
 from .eval_runs import EvalRunTable
 from .header_cache import HeaderCacheTable
 from .primitives import utc_now
-from .search import CorpusSearch, CorpusSnapshot, hit_key
+from .search import ChunkKey, CorpusSearch, FusionWeights, hit_key
 
-__all__ = ["ChunkStore", "CorpusSnapshot", "hit_key", "utc_now"]
+__all__ = ["ChunkStore", "FusionWeights", "hit_key", "utc_now"]
 
 _CHUNK_COLUMNS = (
     "index_version, doc_id, ordinal, source_doc, title, section_path, page_start, page_end, text, "
@@ -174,12 +175,13 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, CorpusSearch):
                 (document.doc_id, document.index_version),
             )
             self._insert_chunks(cur, chunks, document.index_version)
+            lexical_tokens = self._index_document(cur, document.index_version, document.doc_id, chunks)
             self._exec(
                 cur,
                 "INSERT INTO ctx_documents (doc_id, index_version, source_path, kind, title, file_hash, "
-                "n_chunks, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "n_chunks, updated_at, lexical_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (document.doc_id, document.index_version, document.source_path, document.kind, document.title,
-                 document.file_hash, len(chunks), utc_now()),
+                 document.file_hash, len(chunks), utc_now(), lexical_tokens),
             )
 
     def purge_document(self, doc_id: str) -> int:
@@ -187,6 +189,7 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, CorpusSearch):
         with self._transaction() as cur:
             count = self._fetch(cur, "SELECT count(*) FROM ctx_chunks WHERE doc_id = ?", (doc_id,))
             self._exec(cur, "DELETE FROM ctx_chunks WHERE doc_id = ?", (doc_id,))
+            self._exec(cur, "DELETE FROM ctx_lexical_postings WHERE doc_id = ?", (doc_id,))
             self._exec(cur, "DELETE FROM ctx_documents WHERE doc_id = ?", (doc_id,))
             self._exec(cur, "DELETE FROM ctx_sources WHERE doc_id = ?", (doc_id,))
         return int(count[0][0])
@@ -227,6 +230,19 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, CorpusSearch):
             params.append(doc_id)
         rows = self._query(sql + " ORDER BY doc_id, ordinal", params)
         return [self._row_to_chunk(r) for r in rows]
+
+    def chunks_by_key(self, index_version: str, keys: Sequence[ChunkKey]) -> dict[ChunkKey, HeaderedChunk]:
+        wanted = set(keys)
+        if not wanted:
+            return {}
+        docs = sorted({d for d, _ in wanted})
+        ordinals = sorted({o for _, o in wanted})
+        rows = self._query(
+            f"SELECT {_CHUNK_COLUMNS} FROM ctx_chunks WHERE index_version = ? "
+            f"AND doc_id IN ({', '.join('?' for _ in docs)}) AND ordinal IN ({', '.join('?' for _ in ordinals)})",
+            [index_version, *docs, *ordinals])
+        chunks = (self._row_to_chunk(r) for r in rows)
+        return {(c.doc_id, c.ordinal): c for c in chunks if (c.doc_id, c.ordinal) in wanted}
 
     @staticmethod
     def _row_to_chunk(r: tuple) -> HeaderedChunk:

@@ -1,4 +1,5 @@
-"""Lexical retrieval: BM25 (bm25s) over header + chunk text with identifier-aware tokens.
+"""Lexical scoring: identifier-aware tokens, BM25 (Lucene variant, as bm25s computes it), and rank
+fusion. Pure functions; the persistent index that uses them lives in lexical_index.py.
 
 Code identifiers are indexed whole and split (`DiffExecutor` -> diffexecutor, diff, executor), so
 queries in prose find code chunks.
@@ -6,8 +7,10 @@ queries in prose find code chunks.
 
 from __future__ import annotations
 
-import logging
+import math
 import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -17,6 +20,10 @@ _STOPWORDS = frozenset(
     "a an and are as at be but by for from has have how if in into is it its of on or that the their then "
     "there these this to was what when where which who why will with does do did".split()
 )
+
+# BM25 parameters (bm25s's and Lucene's defaults).
+BM25_K1 = 1.5
+BM25_B = 0.75
 
 
 def tokenize(text: str) -> list[str]:
@@ -31,33 +38,34 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
-class LexicalIndex:
-    """BM25 over a fixed list of documents; rebuilt by the store when its contents change."""
+def lexical_text(title: str, section_path: Sequence[str], header: str, text: str) -> str:
+    """What the lexical index reads of a chunk: title, section path, header and text."""
+    return f"{title}\n{' / '.join(section_path)}\n{header}\n{text}"
 
-    def __init__(self, texts: list[str]):
-        import bm25s
 
-        # bm25s sets its own logger to DEBUG on import, which would print index builds to users.
-        logging.getLogger("bm25s").setLevel(logging.WARNING)
-        self.size = len(texts)
-        self._bm25 = bm25s.BM25()
-        corpus = [tokenize(t) or ["\u2400"] for t in texts]
-        if corpus:
-            self._bm25.index(corpus, show_progress=False)
-        self._vocab = set(self._bm25.vocab_dict) if corpus else set()
+def term_counts(text: str) -> tuple[Counter[str], int]:
+    """Term frequencies of a chunk and its length in tokens (at least 1, as bm25s counts an empty
+    chunk: one placeholder token)."""
+    tokens = tokenize(text)
+    return Counter(tokens), max(1, len(tokens))
 
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        terms = [t for t in tokenize(query) if t in self._vocab]
-        if not terms or self.size == 0:
-            return []
-        k = min(k, self.size)
-        ids, scores = self._bm25.retrieve([terms], k=k, show_progress=False)
-        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if s > 0]
+
+def bm25_idf(doc_freq: int, n_chunks: int) -> float:
+    """Lucene's idf: never negative, so a term in most chunks still counts a little."""
+    return math.log(1 + (n_chunks - doc_freq + 0.5) / (doc_freq + 0.5))
+
+
+def bm25_term_weights(query: str, doc_freqs: Mapping[str, int], n_chunks: int) -> dict[str, float]:
+    """idf x occurrences in the query, for each query term the index holds (a repeated query term
+    counts again, as in bm25s)."""
+    counts = Counter(tokenize(query))
+    return {term: bm25_idf(doc_freqs[term], n_chunks) * times
+            for term, times in counts.items() if doc_freqs.get(term)}
 
 
 def dense_top_k(matrix: np.ndarray, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
     """Exact cosine top-k over L2-normalised rows."""
-    if matrix.shape[0] == 0:
+    if matrix.shape[0] == 0 or k <= 0:
         return []
     query = vector / (np.linalg.norm(vector) or 1.0)
     scores = matrix @ query
@@ -67,10 +75,14 @@ def dense_top_k(matrix: np.ndarray, vector: np.ndarray, k: int) -> list[tuple[in
     return [(int(i), float(scores[i])) for i in top]
 
 
-def reciprocal_rank_fusion(rankings: list[list[str]], k: int, constant: int = 60) -> list[tuple[str, float]]:
-    """Fuse ranked lists of keys: score = sum of 1 / (constant + rank)."""
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int, constant: int = 60,
+                           weights: Sequence[float] | None = None) -> list[tuple[str, float]]:
+    """Fuse ranked lists of keys: score = sum of weight / (constant + rank)."""
+    weights = list(weights) if weights is not None else [1.0] * len(rankings)
     fused: dict[str, float] = {}
-    for ranking in rankings:
+    for ranking, weight in zip(rankings, weights):
+        if weight <= 0:
+            continue
         for rank, key in enumerate(ranking, start=1):
-            fused[key] = fused.get(key, 0.0) + 1.0 / (constant + rank)
+            fused[key] = fused.get(key, 0.0) + weight / (constant + rank)
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]

@@ -42,6 +42,14 @@ _EVAL_AND_ALIASES = [
 # the fingerprint names what the vectors mean; the recipe lets ingest keep that version fresh.
 _RECIPE = ["ALTER TABLE ctx_index_versions ADD COLUMN recipe TEXT"]
 
+# The persistent lexical index (lexical_index.py): postings written with each document's chunks, and each
+# document's token total for BM25's average length. Documents stored before it have lexical_tokens NULL
+# and are indexed on their first lexical search.
+_POSTINGS = """CREATE TABLE IF NOT EXISTS ctx_lexical_postings (
+        index_version TEXT NOT NULL, term TEXT NOT NULL, doc_id TEXT NOT NULL, chunk_count INTEGER NOT NULL,
+        ordinals INTEGER[] NOT NULL, tfs INTEGER[] NOT NULL, lengths INTEGER[] NOT NULL)"""
+_LEXICAL = [_POSTINGS, "ALTER TABLE ctx_documents ADD COLUMN lexical_tokens BIGINT"]
+
 MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
     "duckdb": [
         (1, _COMMON_V1 + [
@@ -51,6 +59,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
         (2, [_HEADER_CACHE]),
         (3, _EVAL_AND_ALIASES),
         (4, _RECIPE),
+        (5, _LEXICAL),
     ],
     "postgres": [
         (1, ["CREATE EXTENSION IF NOT EXISTS vector"] + _COMMON_V1 + [
@@ -61,6 +70,10 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
         (2, [_HEADER_CACHE]),
         (3, _EVAL_AND_ALIASES),
         (4, _RECIPE),
+        (5, _LEXICAL + [
+            "CREATE INDEX IF NOT EXISTS ctx_lexical_postings_term ON ctx_lexical_postings (index_version, term)",
+            "CREATE INDEX IF NOT EXISTS ctx_lexical_postings_doc ON ctx_lexical_postings (doc_id, index_version)",
+        ]),
     ],
 }
 

@@ -12,8 +12,9 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from ..errors import StoreError
-from ..models import EmbeddedChunk, SearchHit
-from .base import _CHUNK_COLUMNS, ChunkStore, utc_now
+from ..models import EmbeddedChunk
+from .base import ChunkStore, utc_now
+from .lexical_index import postings_rows
 from .migrations import MIGRATIONS
 
 _MIGRATION_LOCK = 7_314_159  # advisory lock id: one migrator at a time
@@ -136,32 +137,37 @@ class PostgresChunkStore(ChunkStore):
         pgvector accepts at most 1000."""
         return max(1, min(1000, max(self.ef_search, k * 4)))
 
-    def search_dense(self, vector: Sequence[float], index_version: str, k: int = 10) -> list[SearchHit]:
+    def dense_top(self, vector: Sequence[float], index_version: str, n: int) -> list[tuple[str, int, float]]:
         dim = len(vector)
         literal = _vector_literal(vector)
         sql = (
-            f"SELECT {_CHUNK_COLUMNS}, 1 - (embedding::vector({dim}) <=> %s::vector({dim})) AS score "
+            f"SELECT doc_id, ordinal, 1 - (embedding::vector({dim}) <=> %s::vector({dim})) AS score "
             f"FROM ctx_chunks WHERE embedding_dim = {dim} AND index_version = %s "
             f"ORDER BY embedding::vector({dim}) <=> %s::vector({dim}) LIMIT %s"
         )
         with self._pool.connection() as conn:
             with conn.transaction():
-                # Filtering by index version after the HNSW walk can leave fewer than k rows;
+                # Filtering by index version after the HNSW walk can leave fewer than n rows;
                 # a wider candidate list keeps recall, and an exact scan is the fallback.
-                conn.execute(f"SET LOCAL hnsw.ef_search = {self.ef_search_for(k)}")
-                rows = conn.execute(sql, (literal, index_version, literal, k)).fetchall()
-                if len(rows) < k:
+                conn.execute(f"SET LOCAL hnsw.ef_search = {self.ef_search_for(n)}")
+                rows = conn.execute(sql, (literal, index_version, literal, n)).fetchall()
+                if len(rows) < n:
                     total = conn.execute(
                         "SELECT count(*) FROM ctx_chunks WHERE index_version = %s AND embedding_dim = %s",
                         (index_version, dim),
                     ).fetchone()[0]
-                    if len(rows) < min(k, total):
+                    if len(rows) < min(n, total):
                         conn.execute("SET LOCAL enable_indexscan = off")
-                        rows = conn.execute(sql, (literal, index_version, literal, k)).fetchall()
+                        rows = conn.execute(sql, (literal, index_version, literal, n)).fetchall()
         if not rows and self.count_chunks(index_version):
             raise StoreError(
                 f"query vector has {dim} dimensions but index version {index_version} holds no {dim}-dimensional "
                 "embeddings (embedder mismatch)"
             )
-        return [self._hit(self._row_to_chunk(r), float(r[-1]), index_version) for r in rows]
+        return [(str(d), int(o), float(s)) for d, o, s in rows]
 
+    def _insert_postings(self, cur: Any, index_version: str, doc_id: str, postings: list) -> None:
+        with cur.copy("COPY ctx_lexical_postings (index_version, term, doc_id, chunk_count, ordinals, tfs, lengths) "
+                      "FROM STDIN") as copy:
+            for row in postings_rows(index_version, doc_id, postings):
+                copy.write_row(row)

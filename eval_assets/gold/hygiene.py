@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from contextual_assets.models import SearchHit
+from contextual_assets.models import HeaderedChunk, SearchHit
 
 from .gold_set import GoldSet, GoldTask, normalise
 
@@ -16,7 +16,7 @@ class IndexText:
     """Normalised text of every document of one index version, keyed by partition key and by
     logical document id (pre-chunked imports), so evidence can be looked up either way."""
 
-    def __init__(self, hits: list[SearchHit]):
+    def __init__(self, hits: list[HeaderedChunk] | list[SearchHit]):
         parts: dict[str, list[str]] = defaultdict(list)
         for hit in sorted(hits, key=lambda h: (h.doc_id, h.ordinal)):
             parts[hit.doc_id].append(hit.text)
@@ -52,6 +52,6 @@ def task_status(task: GoldTask, index: IndexText) -> str:
     return status
 
 
-def classify(gold: GoldSet, hits: list[SearchHit]) -> dict[str, str]:
+def classify(gold: GoldSet, hits: list[HeaderedChunk] | list[SearchHit]) -> dict[str, str]:
     index = IndexText(hits)
     return {task.id: task_status(task, index) for task in gold.tasks}

@@ -459,3 +459,175 @@ def test_sim_process_root_flag_and_set_model(tmp_path):
             assert c.get(sim.base_urls[0] + "/models").json()["data"][0]["root"] == "org/weights-v2"
     finally:
         sim.stop()
+
+
+# --------------------------------------------------------------------------------------------- scoring
+
+# The query's content words: diff, executor, retry, policy, patch, timeout ("for", "a": left out).
+RERANK_QUERY = "DiffExecutor retry policy for a patch timeout"
+RERANK_DOCS = [
+    "The scheduler retries failed jobs with exponential backoff.",         # 0: none ("retries" != "retry")
+    "DiffExecutor applies a patch and logs it.",                            # 1: diff, executor, patch: half
+    ("The diff_executor retry policy: each failed patch is retried with backoff "
+     "after a timeout, and the DiffExecutor logs every attempt in detail."),  # 2: all six, long
+    "diff executor retry policy timeout patch",                             # 3: all six, short
+]
+
+
+def rerank_body(**extra) -> dict:
+    return {"model": "sim-model", "query": RERANK_QUERY, "documents": RERANK_DOCS, **extra}
+
+
+def test_relevance_proxy_is_word_coverage_with_a_brevity_tie_breaker():
+    from bench.sim.fleet import content_words, relevance
+
+    # camelCase and underscores split; one-letter words and stopwords dropped; lowercased.
+    assert content_words("How does the DiffExecutor use diff_tool, HTTPServer and a v2Config?") == {
+        "diff", "executor", "use", "tool", "http", "server", "v2", "config"}
+    query = "DiffExecutor retry policy timeout"  # diff, executor, retry, policy, timeout
+    full_long = "the diff executor has a retry policy and a timeout " + words(200, "filler")
+    half = "diff executor retry"
+    assert relevance(query, full_long) > relevance(query, half) > relevance(query, "unrelated text")
+    # Equal coverage: the shorter document wins; no randomness; always within [0, 1].
+    assert relevance(query, "retry policy") > relevance(query, "retry policy " + words(30, "x"))
+    assert relevance(query, half) == relevance(query, half)
+    assert all(0.0 <= relevance(query, d) <= 1.0 for d in (full_long, half, "", query))
+    assert relevance(query, "") < 0.05 and relevance(query, query) > 0.99
+
+
+def test_rerank_orders_by_relevance_honours_top_n_and_counts_cost(client):
+    from bench.sim.fleet import relevance
+
+    with FleetSimulator([ReplicaSpec(speed=0.5)], time_scale=0.05) as fleet:
+        url = fleet.base_urls[0]
+        r = client.post(f"{url}/rerank", json=rerank_body())
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert set(out) == {"id", "model", "usage", "results"}
+        assert re.fullmatch(r"rerank-[0-9a-f]{32}", out["id"]) and out["model"] == "sim-model"
+        n_tokens = sum(len(RERANK_QUERY.split()) + len(d.split()) for d in RERANK_DOCS)  # the query once per pair
+        assert out["usage"] == {"prompt_tokens": n_tokens, "total_tokens": n_tokens}
+        results = out["results"]
+        assert all(set(x) == {"index", "document", "relevance_score"} for x in results)
+        assert [x["index"] for x in results] == [3, 2, 1, 0]
+        assert all(x["document"] == {"text": RERANK_DOCS[x["index"]]} for x in results)
+        assert [x["relevance_score"] for x in results] == [relevance(RERANK_QUERY, RERANK_DOCS[x["index"]])
+                                                           for x in results]
+
+        # top_n keeps the best n; 0 means all (vLLM's default); /rerank without /v1 is the same handler.
+        top = client.post(url.removesuffix("/v1") + "/rerank", json=rerank_body(top_n=2)).json()
+        assert [x["index"] for x in top["results"]] == [3, 2]
+        assert top["results"] == results[:2] and top["usage"] == out["usage"]
+        assert len(client.post(f"{url}/rerank", json=rerank_body(top_n=0)).json()["results"]) == 4
+        assert len(client.post(f"{url}/rerank", json=rerank_body(top_n=99)).json()["results"]) == 4
+        # Equal scores keep the documents' order.
+        same = client.post(f"{url}/rerank", json=rerank_body(documents=["same text", "same text"])).json()
+        assert [x["index"] for x in same["results"]] == [0, 1]
+
+        s = fleet.stats()[0]
+        assert s["rerank_requests"] == 5 and s["completed"] == 0 and s["busy_s"] == 0
+        total = 4 * n_tokens + 2 * (len(RERANK_QUERY.split()) + 2)
+        assert s["prompt_tokens"] == total
+        assert s["scoring_s"] == pytest.approx(2e-5 * total / 0.5)  # prefill cost only, at speed 0.5
+        assert metrics(client, url)["vllm:prompt_tokens_total"] == total
+
+
+def test_score_one_to_n_and_n_to_n(client):
+    from bench.sim.fleet import relevance
+
+    with FleetSimulator([ReplicaSpec()], time_scale=0.05) as fleet:
+        url = fleet.base_urls[0]
+        r = client.post(f"{url}/score", json={"model": "sim-model", "text_1": RERANK_QUERY, "text_2": RERANK_DOCS})
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert set(out) == {"id", "object", "created", "model", "data", "usage"}
+        assert re.fullmatch(r"score-[0-9a-f]{32}", out["id"])
+        assert (out["object"], out["model"]) == ("list", "sim-model")
+        n_tokens = sum(len(RERANK_QUERY.split()) + len(d.split()) for d in RERANK_DOCS)
+        assert out["usage"] == {"prompt_tokens": n_tokens, "total_tokens": n_tokens, "completion_tokens": 0}
+        # 1:N: one score per document, in input order (not sorted), the same numbers rerank gives.
+        assert [set(d) for d in out["data"]] == [{"index", "object", "score"}] * 4
+        assert [(d["index"], d["object"]) for d in out["data"]] == [(i, "score") for i in range(4)]
+        assert [d["score"] for d in out["data"]] == [relevance(RERANK_QUERY, d) for d in RERANK_DOCS]
+
+        # N:N pairwise; a one-item list is broadcast like a string (as vLLM does); /score works too.
+        pairs = {"text_1": ["retry policy", "patch timeout"], "text_2": ["the retry policy", "a cat"]}
+        nn = client.post(url.removesuffix("/v1") + "/score", json={"model": "sim-model", **pairs}).json()
+        assert [d["score"] for d in nn["data"]] == [relevance("retry policy", "the retry policy"),
+                                                    relevance("patch timeout", "a cat")]
+        one = client.post(f"{url}/score", json={"text_1": ["retry"], "text_2": ["retry", "x", "y"]}).json()
+        assert len(one["data"]) == 3 and one["data"][0]["score"] > one["data"][1]["score"]
+        single = client.post(f"{url}/score", json={"text_1": "retry", "text_2": "retry"}).json()
+        assert len(single["data"]) == 1
+        assert fleet.stats()[0]["score_requests"] == 4
+
+        # Unequal N:M (and N:1) is a 400.
+        for body in ({"text_1": ["a b", "c d"], "text_2": ["x", "y", "z"]}, {"text_1": ["a b", "c d"], "text_2": "x"}):
+            bad = client.post(f"{url}/score", json=body)
+            assert bad.status_code == 400 and "1:N or N:N" in bad.json()["error"]["message"]
+
+
+def test_scoring_bad_requests_and_unknown_model(client):
+    with FleetSimulator([ReplicaSpec(max_model_len=64)], time_scale=0.05) as fleet:
+        url = fleet.base_urls[0]
+        cases = [
+            ("rerank", {"documents": ["a"]}, "query"),
+            ("rerank", {"query": "  ", "documents": ["a"]}, "query"),
+            ("rerank", {"query": "q", "documents": "not a list"}, "documents"),
+            ("rerank", {"query": "q", "documents": ["a", 3]}, "documents"),
+            ("rerank", {"query": "q", "documents": ["a"], "top_n": "2"}, "top_n"),
+            ("rerank", {"query": "q", "documents": ["a", words(80, "w")]}, "maximum context length is 64"),
+            ("score", {"text_2": ["a"]}, "text_1"),
+            ("score", {"text_1": "q", "text_2": []}, "text_2"),
+            ("score", {"text_1": "q", "text_2": [None]}, "text_2"),
+        ]
+        for path, body, needle in cases:
+            r = client.post(f"{url}/{path}", json={"model": "sim-model", **body})
+            assert r.status_code == 400, (path, body, r.text)
+            err = r.json()["error"]
+            assert needle in err["message"] and err["type"] == "BadRequestError" and err["code"] == 400, err
+        r = client.post(f"{url}/rerank", content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+        for path, body in (("rerank", rerank_body(model="nope")), ("score", {"model": "nope", "text_1": "a",
+                                                                              "text_2": "b"})):
+            r = client.post(f"{url}/{path}", json=body)
+            assert r.status_code == 404 and "`nope` does not exist" in r.json()["error"]["message"]
+        # No model name means the served one; an empty document list ranks nothing.
+        ok = client.post(f"{url}/rerank", json={"query": "q", "documents": []})
+        assert ok.status_code == 200 and ok.json()["results"] == []
+        s = fleet.stats()[0]
+        assert s["rejected"] == len(cases) + 2 and s["rerank_requests"] == 1 and s["score_requests"] == 0
+
+
+def test_scoring_faults_and_service_time(client):
+    with FleetSimulator([ReplicaSpec()], time_scale=1.0, seed=3) as fleet:
+        url = fleet.base_urls[0]
+        fleet.set_faults(0, error_rate=1.0)
+        for path, body in (("rerank", rerank_body()), ("score", {"text_1": "a", "text_2": ["b"]})):
+            r = client.post(f"{url}/{path}", json=body)
+            assert r.status_code == 500 and r.json()["error"]["type"] == "InternalServerError"
+        fleet.set_faults(0, error_rate=0.0, stall_s=0.3)
+        t0 = time.monotonic()
+        assert client.post(f"{url}/rerank", json=rerank_body()).status_code == 200
+        assert time.monotonic() - t0 >= 0.3
+        fleet.set_faults(0, stall_s=0.0)
+        s = fleet.stats()[0]
+        assert s["errors_injected"] == 2 and s["stalls_injected"] == 1 and s["rerank_requests"] == 1
+
+        # Service time: 10 pairs x (2 + 998) = 10,000 prompt tokens x 2e-5 s = 0.2 s; two requests at once
+        # queue in the scoring lane (lower bounds only: a loaded machine is only ever slower).
+        big = {"query": "retry policy", "documents": [words(998, f"d{k}_") for k in range(10)]}
+        t0 = time.monotonic()
+        assert client.post(f"{url}/rerank", json=big).status_code == 200
+        assert time.monotonic() - t0 >= 0.19
+
+        async def two():
+            async with httpx.AsyncClient(timeout=30) as c:
+                return await asyncio.gather(*(c.post(f"{url}/rerank", json=big) for _ in range(2)))
+
+        t0 = time.monotonic()
+        assert [r.status_code for r in asyncio.run(two())] == [200, 200]
+        assert time.monotonic() - t0 >= 0.38
+        # Injected errors cost nothing; the stalled request and the three big ones their prefill.
+        small = sum(len(RERANK_QUERY.split()) + len(d.split()) for d in RERANK_DOCS)
+        assert fleet.stats()[0]["scoring_s"] == pytest.approx(2e-5 * (small + 3 * 10_000))

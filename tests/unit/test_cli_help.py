@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 from contextual_assets.app.cli import build_parser
-from contextual_assets.store.lexical import LexicalIndex
 
 
 def test_every_argument_of_every_command_has_help():
@@ -18,8 +16,3 @@ def test_every_argument_of_every_command_has_help():
             if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
                 continue
             assert action.help, f"ctx {name} {action.option_strings or action.dest} has no help text"
-
-
-def test_building_a_lexical_index_prints_no_debug_lines():
-    LexicalIndex(["alpha beta", "gamma delta"])
-    assert logging.getLogger("bm25s").getEffectiveLevel() >= logging.WARNING

@@ -1,0 +1,135 @@
+"""The persistent lexical index: BM25 postings per index version, written in the same transaction as
+the document's chunks, so the index always matches what the store holds and survives restarts.
+
+One row per (index version, term, document) holds the ordinals of the document's chunks that contain
+the term, with their term frequencies and lengths; `ctx_documents.lexical_tokens` holds each
+document's token total. A query reads the rows of its own terms and two small aggregates, never the
+corpus. Scores are BM25 exactly as bm25s computes them (Lucene idf, k1 1.5, b 0.75).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..models import HeaderedChunk
+from .lexical import (
+    BM25_B,
+    BM25_K1,
+    bm25_term_weights,
+    lexical_text,
+    term_counts,
+    tokenize,
+)
+from .primitives import StorePrimitives
+
+
+@dataclass(frozen=True)
+class Posting:
+    """Where one term occurs in one document: chunk ordinals, term frequencies, chunk lengths."""
+
+    term: str
+    ordinals: list[int]
+    tfs: list[int]
+    lengths: list[int]
+
+
+def document_postings(chunks: Sequence[HeaderedChunk]) -> tuple[list[Posting], int]:
+    """The postings of one document's chunks and its token total."""
+    by_term: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    total = 0
+    for chunk in chunks:
+        counts, length = term_counts(lexical_text(chunk.title, chunk.section_path, chunk.header, chunk.text))
+        total += length
+        for term, tf in counts.items():
+            by_term[term].append((chunk.ordinal, tf, length))
+    postings = [Posting(term, [o for o, _, _ in rows], [t for _, t, _ in rows], [n for _, _, n in rows])
+                for term, rows in sorted(by_term.items())]
+    return postings, total
+
+
+class LexicalIndexTable(StorePrimitives):
+    """`ctx_lexical_postings` and BM25 top-k over it."""
+
+    def _insert_postings(self, cur: Any, index_version: str, doc_id: str, postings: list[Posting]) -> None:
+        """Write one document's postings (back-ends override with a bulk path)."""
+        for p in postings:
+            self._exec(cur, "INSERT INTO ctx_lexical_postings (index_version, term, doc_id, chunk_count, ordinals, "
+                       "tfs, lengths) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (index_version, p.term, doc_id, len(p.ordinals), p.ordinals, p.tfs, p.lengths))
+
+    def _index_document(self, cur: Any, index_version: str, doc_id: str, chunks: Sequence[HeaderedChunk]) -> int:
+        """Replace one document's postings inside the caller's transaction; its token total."""
+        self._exec(cur, "DELETE FROM ctx_lexical_postings WHERE doc_id = ? AND index_version = ?",
+                   (doc_id, index_version))
+        postings, total = document_postings(chunks)
+        if postings:
+            self._insert_postings(cur, index_version, doc_id, postings)
+        return total
+
+    def ensure_lexical_index(self, index_version: str) -> int:
+        """Index the documents of a version stored before the lexical index existed (schema 4 and
+        older); the number of documents indexed. Each one is checked and set in its own transaction,
+        so concurrent readers never index a document twice."""
+        pending = [r[0] for r in self._query(
+            "SELECT doc_id FROM ctx_documents WHERE index_version = ? AND lexical_tokens IS NULL ORDER BY doc_id",
+            (index_version,))]
+        done = 0
+        for doc_id in pending:
+            chunks = self.chunks(index_version, doc_id)
+            with self._transaction() as cur:
+                claimed = self._fetch(cur, "UPDATE ctx_documents SET lexical_tokens = 0 WHERE doc_id = ? AND "
+                                      "index_version = ? AND lexical_tokens IS NULL RETURNING doc_id",
+                                      (doc_id, index_version))
+                if not claimed:
+                    continue  # another process indexed it, or a new commit replaced it with its own postings
+                total = self._index_document(cur, index_version, doc_id, chunks)
+                self._exec(cur, "UPDATE ctx_documents SET lexical_tokens = ? WHERE doc_id = ? AND index_version = ?",
+                           (total, doc_id, index_version))
+            done += 1
+        return done
+
+    def _lexical_stats(self, index_version: str) -> tuple[int, int, int]:
+        rows = self._query(
+            "SELECT coalesce(sum(n_chunks), 0), coalesce(sum(lexical_tokens), 0), "
+            "count(*) FILTER (WHERE lexical_tokens IS NULL) FROM ctx_documents WHERE index_version = ?",
+            (index_version,))
+        return int(rows[0][0]), int(rows[0][1]), int(rows[0][2])
+
+    def lexical_top(self, query: str, index_version: str, n: int) -> list[tuple[str, int, float]]:
+        """(doc_id, ordinal, BM25 score) of the n best chunks with a score above 0."""
+        terms = sorted(set(tokenize(query)))
+        if not terms or n <= 0:
+            return []
+        n_chunks, total_tokens, unindexed = self._lexical_stats(index_version)
+        if unindexed:
+            self.ensure_lexical_index(index_version)
+            n_chunks, total_tokens, _ = self._lexical_stats(index_version)
+        if n_chunks == 0:
+            return []
+        marks = ", ".join("?" for _ in terms)
+        doc_freqs = {str(t): int(df) for t, df in self._query(
+            f"SELECT term, sum(chunk_count) FROM ctx_lexical_postings WHERE index_version = ? AND term IN ({marks}) "
+            "GROUP BY term", [index_version, *terms])}
+        weights = bm25_term_weights(query, doc_freqs, n_chunks)
+        if not weights:
+            return []
+        values = ", ".join("(CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION))" for _ in weights)
+        rows = self._query(
+            "SELECT doc_id, ordinal, sum(weight * tf / (tf + ? * (1 - ? + ? * dl / ?))) AS score FROM ("
+            "  SELECT p.doc_id, w.weight, unnest(p.ordinals) AS ordinal, unnest(p.tfs) AS tf, "
+            "         unnest(p.lengths) AS dl "
+            f"  FROM ctx_lexical_postings p JOIN (VALUES {values}) AS w (term, weight) ON p.term = w.term "
+            "  WHERE p.index_version = ?) matched "
+            "GROUP BY doc_id, ordinal ORDER BY score DESC, doc_id, ordinal LIMIT ?",
+            [BM25_K1, BM25_B, BM25_B, total_tokens / n_chunks,
+             *[v for item in weights.items() for v in item], index_version, int(n)])
+        return [(str(d), int(o), float(s)) for d, o, s in rows if s > 0]
+
+
+def postings_rows(index_version: str, doc_id: str, postings: list[Posting]) -> list[tuple]:
+    """Rows for a bulk insert (COPY), in the table's column order."""
+    return [(index_version, p.term, doc_id, len(p.ordinals), p.ordinals, p.tfs, p.lengths) for p in postings]
+
