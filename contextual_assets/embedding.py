@@ -39,30 +39,46 @@ class Embedder(ABC):
         """Load what the first `embed` would (a local model), ahead of the first batch."""
 
 
-@lru_cache(maxsize=2)
-def _load_sentence_transformer(model_dir: str):
-    # Offline by construction: the model comes from a local directory, never from a hub.
+def offline_environment() -> None:
+    """Local models load from a directory, never from a hub, and print no progress bars."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def torch_device(setting: str = "auto") -> str:
+    """`CTX_EMBED_DEVICE`: auto picks cuda when torch sees a GPU, else cpu; cuda without one is an error."""
+    import torch
+
+    if setting == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if setting.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigurationError(f"CTX_EMBED_DEVICE={setting} but torch sees no GPU here; use auto or cpu")
+    return setting
+
+
+@lru_cache(maxsize=4)
+def _load_sentence_transformer(model_dir: str, device: str = "auto"):
+    offline_environment()
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(model_dir, device="cpu")
+    return SentenceTransformer(model_dir, device=torch_device(device))
 
 
 class SentenceTransformerEmbedder(Embedder):
-    def __init__(self, model_dir: str | None = None, batch_size: int = 32):
+    def __init__(self, model_dir: str | None = None, batch_size: int = 32, device: str = "auto"):
         self.model_dir = model_dir or str(bundled_model_dir())
         self.batch_size = batch_size
+        self.device = device
         self.identity = f"st:{sentence_transformer_name(self.model_dir)}"
         self._lock = threading.Lock()
         self._dimension: int | None = None
 
     @property
     def model(self):
-        return _load_sentence_transformer(self.model_dir)
+        return _load_sentence_transformer(self.model_dir, self.device)
 
     @property
     def dimension(self) -> int:  # type: ignore[override]
@@ -109,6 +125,57 @@ class OpenAIEmbedder(Embedder):
         if vectors:
             self.dimension = len(vectors[0])
         return vectors
+
+
+class EmbedderCatalog:
+    """The deployment's embedder, and the embedders of older index versions by identity: the bundled
+    model, a recorded model directory, or another model of the same embedding endpoint. A version is
+    never searched or scored with another embedder: a `ConfigurationError` says which one is missing."""
+
+    def __init__(self, base_url: str = "", model: str = "", model_dir: str = "", api_key_env: str = "",
+                 batch_size: int = 32, device: str = "auto"):
+        self.base_url, self.model, self.model_dir = base_url, model, model_dir
+        self.api_key_env, self.batch_size, self.device = api_key_env, batch_size, device
+        self._loaded: dict[str, Embedder] = {}
+        self._lock = threading.Lock()
+
+    def identity(self) -> str:
+        if self.base_url:
+            return f"openai:{self.model}"
+        return f"st:{sentence_transformer_name(self.model_dir or str(bundled_model_dir()))}"
+
+    def recipe(self) -> dict[str, str]:
+        """How to load this embedder again (recorded with each index version it builds)."""
+        return {"identity": self.identity(), "base_url": self.base_url, "model": self.model,
+                "model_dir": self.model_dir or ("" if self.base_url else str(bundled_model_dir()))}
+
+    def get(self) -> Embedder:
+        return self.for_identity(self.identity())
+
+    def for_identity(self, identity: str, recipe: dict[str, str] | None = None) -> Embedder:
+        with self._lock:
+            if identity not in self._loaded:
+                self._loaded[identity] = self._load(identity, recipe or {})
+            return self._loaded[identity]
+
+    def _load(self, identity: str, recipe: dict[str, str]) -> Embedder:
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if identity == self.identity():
+            if self.base_url:
+                return OpenAIEmbedder(self.base_url, self.model, key, batch_size=self.batch_size)
+            return SentenceTransformerEmbedder(self.model_dir or None, batch_size=self.batch_size, device=self.device)
+        if identity.startswith("openai:"):
+            base_url = recipe.get("base_url") or self.base_url
+            if base_url:
+                return OpenAIEmbedder(base_url, identity.removeprefix("openai:"), key, batch_size=self.batch_size)
+        else:
+            for model_dir in (recipe.get("model_dir"), str(bundled_model_dir())):
+                if model_dir and os.path.isdir(model_dir) and f"st:{sentence_transformer_name(model_dir)}" == identity:
+                    return SentenceTransformerEmbedder(model_dir, batch_size=self.batch_size, device=self.device)
+        raise ConfigurationError(
+            f"the index version was built with embedder {identity}, which this deployment cannot load (it has "
+            f"{self.identity()}); scoring it with another embedder would be meaningless: make {identity} available "
+            "(CTX_EMBED_BASE_URL / CTX_EMBED_MODEL) or evaluate another version")
 
 
 def embed_chunks(chunks: list[HeaderedChunk], embedder: Embedder) -> list[EmbeddedChunk]:

@@ -58,6 +58,22 @@ class PlatformSettings(BaseSettings):
     embed_base_url: str = Field("", description="an OpenAI-compatible /v1 base URL (empty: the bundled MiniLM)")
     embed_model: str = Field("", description="the embedding model served at CTX_EMBED_BASE_URL")
     embed_api_key_env: str = Field("CTX_EMBED_API_KEY", description="the name of the variable that holds the key")
+    embed_device: str = Field("auto", description="auto, cpu or cuda (auto: cuda when torch sees a GPU)")
+    fusion_weights_json: str = Field('{"dense": 1.0, "lexical": 1.0}', validation_alias="CTX_FUSION_WEIGHTS",
+                                     description='a JSON object of list weights, e.g. {"dense": 0.5, "lexical": 1.0}')
+    rerank_base_url: str = Field("", description="an OpenAI-compatible base URL serving POST /v1/rerank (vLLM)")
+    rerank_model: str = Field("", description="the reranker model name at CTX_RERANK_BASE_URL")
+    rerank_model_dir: str = Field("", description="a local sentence-transformers cross-encoder directory")
+    rerank_api_key_env: str = Field("CTX_RERANK_API_KEY", description="the name of the variable that holds the key")
+    rerank_candidates: int = Field(50, ge=1, le=200, description="fused hits sent to the reranker, 1 to 200")
+    search_url: str = Field("", description="a running `ctx serve` URL, e.g. http://127.0.0.1:8765 (empty: "
+                                            "ctx search works in-process)")
+    search_token_env: str = Field("CTX_SEARCH_TOKEN", description="the name of the variable that holds the search "
+                                                                  "service's bearer token")
+    serve_host: str = Field("127.0.0.1", description="the address `ctx serve` binds")
+    serve_port: int = Field(8765, ge=1, le=65535, description="a TCP port, 1 to 65535")
+    serve_max_k: int = Field(100, ge=1, le=1000, description="the largest k a search request may ask, 1 to 1000")
+    serve_max_request_bytes: int = Field(16_384, ge=256, description="the largest request body in bytes, >= 256")
     chunk_tokens: int = Field(200, ge=1, description="an integer >= 1 (embedder tokens per chunk)")
     context_tokens: int = Field(1000, ge=0, description="an integer >= 0 (tokens of section context per request)")
     max_file_mb: float = Field(DEFAULT_MAX_BYTES / 1_000_000, gt=0, description="a size in MB > 0")
@@ -88,6 +104,25 @@ class PlatformSettings(BaseSettings):
         if value.lower() not in HEADER_SOURCES:
             raise ValueError(f"unknown header source '{value}'")
         return value.lower()
+
+    @field_validator("embed_device")
+    @classmethod
+    def _embed_device(cls, value: str) -> str:
+        if value.lower() not in ("auto", "cpu", "cuda") and not value.lower().startswith("cuda:"):
+            raise ValueError(f"unknown device '{value}'")
+        return value.lower()
+
+    @field_validator("fusion_weights_json")
+    @classmethod
+    def _fusion_weights(cls, value: str) -> str:
+        from contextual_assets.fusion import FusionWeights
+
+        try:
+            FusionWeights.model_validate_json(value or "{}")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValueError(f"{'.'.join(map(str, first['loc'])) or 'value'}: {first['msg']}") from None
+        return value or "{}"
 
     @field_validator("gate_floors_json")
     @classmethod

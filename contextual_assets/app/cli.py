@@ -102,47 +102,77 @@ def _weights_warnings(resources, store) -> list[str]:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from contextual_assets.defs.resources import build_resources
+    from pydantic import ValidationError
+
+    from contextual_assets.serving.api import SearchRequest
 
     settings = _settings()
-    resources = build_resources(settings)
-    store = resources["store"].open()
-    # The promoted index by default; the version the current settings build until one is promoted.
-    version = args.version or store.get_alias(args.alias) or _current_version(resources)
-    if store.count_chunks(version) == 0:
-        known = ", ".join(f"{v['index_version']} ({v['chunks']} chunks)" for v in store.index_versions()) or "none"
-        print(f"index version {version} holds no chunks (known versions: {known}); ingest first or pass --version",
-              file=sys.stderr)
-        return EXIT_FAILED
-    if args.mode == "lexical":
-        hits = store.search_lexical(args.query, version, args.k)
+    try:
+        request = SearchRequest(query=args.query, k=args.k, mode=args.mode, version=args.version or None,
+                                rerank=args.rerank)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        print(f"error: {'.'.join(map(str, first['loc']))}: {first['msg']}", file=sys.stderr)
+        return EXIT_USAGE
+    if settings.search_url:
+        # A running service: this process imports neither torch nor Dagster.
+        from contextual_assets.serving.client import SearchClient, SearchServiceError
+
+        client = SearchClient(settings.search_url, os.environ.get(settings.search_token_env) or None)
+        try:
+            response = client.search(request)
+        except SearchServiceError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE if exc.status in (None, 401, 403) else EXIT_FAILED
     else:
-        # The version's own embedder: a query vector from another model would not match its vectors.
-        record = store.index_version(version) or {"fingerprint": {}, "recipe": None}
-        identity = record["fingerprint"].get("embedder") or resources["embedder"].identity()
-        model = resources["embedder"].for_identity(identity, (record["recipe"] or {}).get("embedder"))
-        vector = model.embed([args.query])[0]
-        hits = (store.search_dense(vector, version, args.k) if args.mode == "dense"
-                else store.search_hybrid(args.query, vector, version, args.k))
+        from contextual_assets.serving.service import SearchError, service_from_settings
+
+        service = service_from_settings(settings)
+        try:
+            response = service.search(request)
+        except SearchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        finally:
+            service.store.close()
+    hits = response.hits
     if args.json:
-        print(json.dumps([
-            {"document": h.doc_id, "source_doc": h.source_doc, "title": h.title, "section_path": h.section_path,
-             "page_start": h.page_start, "page_end": h.page_end, "text": h.text, "header": h.header,
-             "score": h.score, "index_version": h.index_version}
-            for h in hits
-        ], indent=2, ensure_ascii=False))
+        print(json.dumps([h.model_dump() for h in hits], indent=2, ensure_ascii=False))
         return EXIT_OK
-    for rank, h in enumerate(hits, start=1):
+    for h in hits:
         pages = f" p.{h.page_start}" + (f"-{h.page_end}" if h.page_end and h.page_end != h.page_start else "") \
             if h.page_start else ""
         section = " > ".join(h.section_path) or "-"
-        print(f"{rank:2d}. [{h.score:.4f}] {h.doc_id}{pages} :: {section}")
+        print(f"{h.rank:2d}. [{h.score:.4f}] {h.document}{pages} :: {section}")
         if h.header:
             print(f"    header: {h.header}")
         snippet = " ".join(h.text.split())
         print(f"    {snippet[:240]}{'...' if len(snippet) > 240 else ''}")
     if not hits:
         print("no results", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from contextual_assets.serving.app import create_app
+    from contextual_assets.serving.service import service_from_settings
+
+    settings = _settings()
+    token = os.environ.get(settings.search_token_env) or None
+    host = args.host or settings.serve_host
+    port = args.port or settings.serve_port
+    service = service_from_settings(settings, vectors_in_memory=True)
+    if host not in ("127.0.0.1", "localhost", "::1") and not token:
+        print(f"warning: serving on {host} without a token; set {settings.search_token_env} to require one",
+              file=sys.stderr)
+    default = service.default_version()
+    print(f"serving {service.store.location} on http://{host}:{port} "
+          f"({service.alias} -> {service.production() or 'not set'}; default {default or 'none'}; "
+          f"token {'required' if token else 'off'})", file=sys.stderr, flush=True)
+    app = create_app(service, token=token, max_request_bytes=settings.serve_max_request_bytes)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     return EXIT_OK
 
 
@@ -257,9 +287,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="dense + lexical fused by reciprocal rank (default), or one of them")
     search.add_argument("--version", default="",
                         help="index version (default: the 'production' alias, else the one current settings build)")
-    search.add_argument("--alias", default="production", help=argparse.SUPPRESS)
+    search.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None,
+                        help="rerank the fused candidates (default: on when CTX_RERANK_BASE_URL or "
+                             "CTX_RERANK_MODEL_DIR is set)")
     search.add_argument("--json", action="store_true", help="print the hits as JSON")
     search.set_defaults(func=cmd_search)
+    serve = sub.add_parser("serve", help="serve search over HTTP (POST /search, GET /versions, GET /healthz)")
+    serve.add_argument("--host", default="", help="address to bind (default: CTX_SERVE_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=0, help="port (default: CTX_SERVE_PORT, 8765)")
+    serve.set_defaults(func=cmd_serve)
     rollback = sub.add_parser("rollback", help="point the production alias back at its previous version")
     rollback.add_argument("--alias", default="production", help="the alias to move back (default: production)")
     rollback.add_argument("--reason", default="manual rollback", help="recorded in the alias history")

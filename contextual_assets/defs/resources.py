@@ -13,12 +13,7 @@ import threading
 import dagster as dg
 from pydantic import PrivateAttr
 
-from contextual_assets.embedding import (
-    Embedder,
-    OpenAIEmbedder,
-    SentenceTransformerEmbedder,
-    sentence_transformer_name,
-)
+from contextual_assets.embedding import Embedder, EmbedderCatalog
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fleet.config import FleetConfig
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
@@ -34,7 +29,6 @@ from contextual_assets.headers.structural import NoHeaderSource, StructuralHeade
 from contextual_assets.index_version import index_fingerprint, index_version_of
 from contextual_assets.parsing.tokens import (
     TokenCounter,
-    bundled_model_dir,
     token_counter,
 )
 from contextual_assets.settings import HEADER_SOURCES, PlatformSettings, env_source
@@ -203,54 +197,31 @@ class EmbedderResource(dg.ConfigurableResource):
     model: str = ""
     model_dir: str = ""
     api_key_env: str = _default("embed_api_key_env")
+    device: str = _default("embed_device")
     batch_size: int = 32
 
-    _embedder: Embedder | None = PrivateAttr(default=None)
-    _others: dict[str, Embedder] = PrivateAttr(default_factory=dict)
+    _catalog: EmbedderCatalog | None = PrivateAttr(default=None)
+
+    def catalog(self) -> EmbedderCatalog:
+        """This embedder and, by identity, those of older index versions (see `EmbedderCatalog`)."""
+        if self._catalog is None:
+            self._catalog = EmbedderCatalog(self.base_url, self.model, self.model_dir, self.api_key_env,
+                                            self.batch_size, self.device)
+        return self._catalog
 
     def identity(self) -> str:
-        if self.base_url:
-            return f"openai:{self.model}"
-        return f"st:{sentence_transformer_name(self.model_dir or str(bundled_model_dir()))}"
+        return self.catalog().identity()
 
     def get(self) -> Embedder:
-        if self._embedder is None:
-            if self.base_url:
-                self._embedder = OpenAIEmbedder(self.base_url, self.model, os.environ.get(self.api_key_env),
-                                                batch_size=self.batch_size)
-            else:
-                self._embedder = SentenceTransformerEmbedder(self.model_dir or None, batch_size=self.batch_size)
-        return self._embedder
+        return self.catalog().get()
 
     def recipe(self) -> dict[str, str]:
         """How to load this embedder again (recorded with each index version it builds)."""
-        return {"identity": self.identity(), "base_url": self.base_url, "model": self.model,
-                "model_dir": self.model_dir or ("" if self.base_url else str(bundled_model_dir()))}
+        return self.catalog().recipe()
 
     def for_identity(self, identity: str, recipe: dict[str, str] | None = None) -> Embedder:
-        """The embedder an index version was built with: this one, the bundled model, the recorded
-        model directory, or another model of this deployment's embedding endpoint. A version is never
-        searched or scored with another embedder: a `ConfigurationError` says which one is missing."""
-        if identity == self.identity():
-            return self.get()
-        if identity not in self._others:
-            self._others[identity] = self._load(identity, recipe or {})
-        return self._others[identity]
-
-    def _load(self, identity: str, recipe: dict[str, str]) -> Embedder:
-        if identity.startswith("openai:"):
-            base_url = recipe.get("base_url") or self.base_url
-            if base_url:
-                return OpenAIEmbedder(base_url, identity.removeprefix("openai:"), os.environ.get(self.api_key_env),
-                                      batch_size=self.batch_size)
-        else:
-            for model_dir in (recipe.get("model_dir"), str(bundled_model_dir())):
-                if model_dir and os.path.isdir(model_dir) and f"st:{sentence_transformer_name(model_dir)}" == identity:
-                    return SentenceTransformerEmbedder(model_dir, batch_size=self.batch_size)
-        raise ConfigurationError(
-            f"the index version was built with embedder {identity}, which this deployment cannot load (it has "
-            f"{self.identity()}); scoring it with another embedder would be meaningless: make {identity} available "
-            "(CTX_EMBED_BASE_URL / CTX_EMBED_MODEL) or evaluate another version")
+        """The embedder an index version was built with (a `ConfigurationError` when it cannot be loaded)."""
+        return self.catalog().for_identity(identity, recipe)
 
 
 # Settings that differ per deployment: when the environment sets them, the code location's resources
@@ -285,7 +256,7 @@ def build_resources(settings: PlatformSettings, env_vars: bool = False) -> dict[
                                         max_in_flight=settings.llm_max_in_flight,
                                         context_tokens=settings.context_tokens),
         "embedder": EmbedderResource(base_url=value("embed_base_url"), model=value("embed_model"),
-                                     api_key_env=settings.embed_api_key_env),
+                                     api_key_env=settings.embed_api_key_env, device=settings.embed_device),
         "gate": EvalGateResource(gold_path=value("gold_path"), floors_json=settings.gate_floors_json,
                                  tolerance=settings.gate_tolerance,
                                  max_unhealthy_share=settings.gate_max_unhealthy_share,

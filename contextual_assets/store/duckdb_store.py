@@ -6,6 +6,7 @@ operation) and a lock held by another process is retried for a bounded time.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -67,6 +68,7 @@ class DuckDBChunkStore(ChunkStore):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.location = f"duckdb:{self.path}"
+        self._reader = threading.local()
 
     @_retry_on_lock
     def migrate(self) -> int:
@@ -120,9 +122,32 @@ class DuckDBChunkStore(ChunkStore):
         finally:
             con.close()
 
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """One connection for the reads of one request (each open costs ~20 ms); held only that long,
+        so writers in other processes get the file between requests."""
+        if getattr(self._reader, "con", None) is not None:
+            yield
+            return
+        with self._locked_connection() as con:
+            self._reader.con = con
+            try:
+                yield
+            finally:
+                self._reader.con = None
+
+    @contextmanager
+    def _read_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        con = getattr(self._reader, "con", None)
+        if con is not None:
+            yield con.cursor()
+        else:
+            with self._locked_connection() as con:
+                yield con
+
     @_retry_on_lock
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        with self._locked_connection() as con:
+        with self._read_connection() as con:
             return con.execute(sql, list(params)).fetchall()
 
     def _insert_chunks(self, cursor: Any, chunks: list[EmbeddedChunk], index_version: str) -> None:
@@ -169,7 +194,7 @@ class DuckDBChunkStore(ChunkStore):
     def dense_top(self, vector: Sequence[float], index_version: str, n: int) -> list[tuple[str, int, float]]:
         """Exact cosine similarity computed in SQL: the vectors never leave DuckDB, only the top n keys do."""
         dim = len(vector)
-        with self._locked_connection() as con:
+        with self._read_connection() as con:
             rows = con.execute(
                 "SELECT doc_id, ordinal, list_cosine_similarity(embedding, ?::FLOAT[]) AS score FROM ctx_chunks "
                 "WHERE index_version = ? AND embedding_dim = ? ORDER BY score DESC, doc_id, ordinal LIMIT ?",

@@ -1,5 +1,5 @@
-"""Lexical scoring: identifier-aware tokens, BM25 (Lucene variant, as bm25s computes it), and rank
-fusion. Pure functions; the persistent index that uses them lives in lexical_index.py.
+"""Lexical scoring: identifier-aware tokens, BM25 (Lucene variant, as bm25s computes it), exact
+cosine top-k. Pure functions; the persistent index that uses them lives in lexical_index.py.
 
 Code identifiers are indexed whole and split (`DiffExecutor` -> diffexecutor, diff, executor), so
 queries in prose find code chunks.
@@ -74,15 +74,3 @@ def dense_top_k(matrix: np.ndarray, vector: np.ndarray, k: int) -> list[tuple[in
     top = top[np.argsort(-scores[top], kind="stable")]
     return [(int(i), float(scores[i])) for i in top]
 
-
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int, constant: int = 60,
-                           weights: Sequence[float] | None = None) -> list[tuple[str, float]]:
-    """Fuse ranked lists of keys: score = sum of weight / (constant + rank)."""
-    weights = list(weights) if weights is not None else [1.0] * len(rankings)
-    fused: dict[str, float] = {}
-    for ranking, weight in zip(rankings, weights):
-        if weight <= 0:
-            continue
-        for rank, key in enumerate(ranking, start=1):
-            fused[key] = fused.get(key, 0.0) + weight / (constant + rank)
-    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]

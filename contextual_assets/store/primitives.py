@@ -7,8 +7,8 @@ runs, search) use nothing else, so each concern reads as SQL over these few call
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,6 +26,11 @@ class StorePrimitives(ABC):
     @abstractmethod
     def _transaction(self) -> AbstractContextManager[Any]:
         """A cursor-like object inside one transaction (commit on success, rollback on error)."""
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Group several reads of one request (DuckDB keeps one connection open for them)."""
+        yield
 
     @abstractmethod
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:

@@ -10,22 +10,11 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 
-from pydantic import BaseModel, Field
-
+from ..fusion import FusionWeights, reciprocal_rank_fusion
 from ..models import HeaderedChunk, SearchHit
-from .lexical import reciprocal_rank_fusion
 from .lexical_index import LexicalIndexTable
 
 ChunkKey = tuple[str, int]
-
-
-class FusionWeights(BaseModel):
-    """Weights of the dense and lexical lists in reciprocal-rank fusion (0 drops a list)."""
-
-    dense: float = Field(1.0, ge=0)
-    lexical: float = Field(1.0, ge=0)
-    constant: int = Field(60, ge=1)
-    candidates: int = Field(100, ge=1, description="hits taken from each list before fusion")
 
 
 def hit_key(hit: SearchHit) -> str:
@@ -75,11 +64,16 @@ class CorpusSearch(LexicalIndexTable):
         depth = max(k, candidates or weights.candidates)
         dense = self.dense_top(vector, index_version, depth) if weights.dense > 0 else []
         lexical = self.lexical_top(query, index_version, depth) if weights.lexical > 0 else []
-        keys = {_key(d, o): (d, o) for d, o, _ in dense + lexical}
+        return self.fuse(dense, lexical, k, weights)
+
+    @staticmethod
+    def fuse(dense: Sequence[tuple[str, int, float]], lexical: Sequence[tuple[str, int, float]], k: int,
+             weights: FusionWeights) -> list[tuple[str, int, float]]:
+        """Weighted reciprocal-rank fusion of two scored key lists."""
+        keys = {_key(d, o): (d, o) for d, o, _ in [*dense, *lexical]}
         fused = reciprocal_rank_fusion([[_key(d, o) for d, o, _ in dense], [_key(d, o) for d, o, _ in lexical]], k,
                                        constant=weights.constant, weights=[weights.dense, weights.lexical])
         return [(*keys[key], score) for key, score in fused]
-
 
 def _hit(chunk: HeaderedChunk, score: float, index_version: str) -> SearchHit:
     return SearchHit(

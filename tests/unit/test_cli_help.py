@@ -10,7 +10,7 @@ from contextual_assets.app.cli import build_parser
 def test_every_argument_of_every_command_has_help():
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert set(commands.choices) == {"ingest", "search", "rollback", "eval", "status"}
+    assert set(commands.choices) == {"ingest", "search", "serve", "rollback", "eval", "status"}
     for name, command in commands.choices.items():
         for action in command._actions:
             if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:

@@ -1,0 +1,31 @@
+"""Hybrid fusion: how the dense and lexical ranked lists become one. Pure; no store, no model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+
+class FusionWeights(BaseModel):
+    """Weights of the dense and lexical lists in reciprocal-rank fusion (0 leaves a list out)."""
+
+    dense: float = Field(1.0, ge=0)
+    lexical: float = Field(1.0, ge=0)
+    constant: int = Field(60, ge=1)
+    candidates: int = Field(100, ge=1, description="hits taken from each list before fusion")
+
+    model_config = {"extra": "forbid"}
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int, constant: int = 60,
+                           weights: Sequence[float] | None = None) -> list[tuple[str, float]]:
+    """Fuse ranked lists of keys: score = sum of weight / (constant + rank)."""
+    weights = list(weights) if weights is not None else [1.0] * len(rankings)
+    fused: dict[str, float] = {}
+    for ranking, weight in zip(rankings, weights):
+        if weight <= 0:
+            continue
+        for rank, key in enumerate(ranking, start=1):
+            fused[key] = fused.get(key, 0.0) + weight / (constant + rank)
+    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]

@@ -1,0 +1,65 @@
+"""The search API's request and response bodies, shared by the service and its client (pydantic only:
+a client imports neither torch nor Dagster)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+MAX_QUERY_CHARS = 4000
+
+
+class SearchRequest(BaseModel):
+    """`POST /search`."""
+
+    model_config = {"extra": "forbid"}
+
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    k: int = Field(10, ge=1, description="hits to return (at most the service's CTX_SERVE_MAX_K)")
+    mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
+    version: str | None = Field(None, description="an index version (default: the production alias)")
+    rerank: bool | None = Field(None, description="rerank the fused candidates (default: when a reranker is set)")
+
+
+class Hit(BaseModel):
+    rank: int
+    score: float
+    document: str
+    source_doc: str
+    title: str
+    section_path: list[str]
+    page_start: int | None
+    page_end: int | None
+    header: str
+    text: str
+    index_version: str
+
+
+class SearchResponse(BaseModel):
+    index_version: str
+    alias: str | None = Field(description="the alias the version was served through, if any")
+    mode: str
+    reranked: bool
+    reranker: str | None = None
+    took_ms: float
+    hits: list[Hit]
+
+
+class VersionInfo(BaseModel):
+    index_version: str
+    documents: int
+    chunks: int
+    created_at: str
+    embedder: str | None
+    aliases: list[str]
+
+
+class VersionsResponse(BaseModel):
+    production: str | None
+    default: str | None = Field(description="what a search without `version` serves")
+    versions: list[VersionInfo]
+
+
+class ErrorBody(BaseModel):
+    error: str

@@ -1,0 +1,190 @@
+"""The search service's logic, apart from HTTP: which version a request reads (the production alias by
+default, followed live), its embedder (loaded once per embedder identity), retrieval, fusion and the
+optional rerank stage. `ctx search` runs the same code in-process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from contextual_assets.embedding import EmbedderCatalog
+from contextual_assets.errors import ConfigurationError
+from contextual_assets.fusion import FusionWeights
+from contextual_assets.models import SearchHit
+from contextual_assets.rerank import Reranker, RerankError
+from contextual_assets.settings import PlatformSettings
+from contextual_assets.store import ChunkStore
+
+from .api import Hit, SearchRequest, SearchResponse, VersionInfo, VersionsResponse
+from .vectors import VersionVectors
+
+PRODUCTION = "production"
+
+
+class SearchError(Exception):
+    """A request the service cannot answer; `status` is the HTTP status it maps to."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class SearchService:
+    def __init__(self, store: ChunkStore, embedders: EmbedderCatalog, *, weights: FusionWeights | None = None,
+                 reranker: Reranker | None = None, rerank_candidates: int = 50, max_k: int = 100,
+                 alias: str = PRODUCTION, fallback_version: Callable[[], str | None] | None = None,
+                 alias_refresh_s: float = 1.0, vectors_in_memory: bool = False):
+        self.store, self.embedders = store, embedders
+        self.weights = weights or FusionWeights()
+        self.reranker, self.rerank_candidates, self.max_k = reranker, rerank_candidates, max_k
+        self.alias, self.alias_refresh_s = alias, alias_refresh_s
+        self._fallback = fallback_version
+        self._alias_seen: tuple[float, str | None] = (float("-inf"), None)
+        self._records: dict[str, dict] = {}
+        self._lock = threading.Lock()
+        embedding_matrix = getattr(store, "embedding_matrix", None)
+        self.vectors = (VersionVectors(embedding_matrix, store.revision)
+                        if vectors_in_memory and embedding_matrix is not None else None)
+
+    # ---- which version -----------------------------------------------------------------------
+    def production(self) -> str | None:
+        """The alias's target, re-read at most every `alias_refresh_s`: a promotion or rollback is
+        served within that time, without a restart."""
+        now = time.monotonic()
+        with self._lock:
+            seen_at, version = self._alias_seen
+            if now - seen_at < self.alias_refresh_s:
+                return version
+        version = self.store.get_alias(self.alias)
+        with self._lock:
+            self._alias_seen = (now, version)
+        return version
+
+    def default_version(self) -> str | None:
+        return self.production() or (self._fallback() if self._fallback else None)
+
+    def _record(self, version: str) -> dict:
+        """The version's fingerprint and recipe; a 404 when it is unknown or holds no chunks."""
+        with self._lock:
+            record = self._records.get(version)
+        if record is None:
+            record = self.store.index_version(version)
+            if record is None or self.store.count_chunks(version) == 0:
+                known = ", ".join(f"{v['index_version']} ({v['chunks']} chunks)"
+                                  for v in self.store.index_versions()) or "none"
+                raise SearchError(404, f"index version {version} holds no chunks (known versions: {known}); "
+                                       "ingest first or pass --version")
+            with self._lock:
+                self._records[version] = record  # a version's fingerprint and recipe never change
+        return record
+
+    def embed_query(self, version: str, query: str) -> list[float]:
+        """The query embedded by the version's own embedder (its vectors mean nothing to another)."""
+        record = self._record(version)
+        identity = record["fingerprint"].get("embedder") or self.embedders.identity()
+        try:
+            embedder = self.embedders.for_identity(identity, (record.get("recipe") or {}).get("embedder"))
+        except ConfigurationError as exc:
+            raise SearchError(409, str(exc)) from None
+        return embedder.embed([query])[0]
+
+    # ---- search ------------------------------------------------------------------------------
+    def search(self, request: SearchRequest) -> SearchResponse:
+        started = time.perf_counter()
+        if request.k > self.max_k:
+            raise SearchError(422, f"k={request.k} is over this service's limit of {self.max_k} (CTX_SERVE_MAX_K)")
+        rerank = self.reranker is not None if request.rerank is None else request.rerank
+        if rerank and self.reranker is None:
+            raise SearchError(400, "rerank was asked for but no reranker is configured (set CTX_RERANK_BASE_URL "
+                                   "and CTX_RERANK_MODEL, or CTX_RERANK_MODEL_DIR)")
+        alias = None
+        version = request.version
+        if not version:
+            version = self.production()
+            alias = self.alias if version else None
+            version = version or (self._fallback() if self._fallback else None)
+            if not version:
+                raise SearchError(404, f"no index version is promoted ('{self.alias}' is not set) and none is "
+                                       "configured; ingest and `ctx eval`, or pass a version")
+        self._record(version)
+        depth = max(request.k, self.rerank_candidates) if rerank else request.k
+        hits = self._retrieve(request.query, request.mode, version, depth)
+        if rerank and hits:
+            assert self.reranker is not None
+            try:
+                hits = self.reranker.rerank(request.query, hits, request.k)
+            except RerankError as exc:
+                raise SearchError(502, str(exc)) from None
+        hits = hits[: request.k]
+        return SearchResponse(
+            index_version=version, alias=alias, mode=request.mode, reranked=bool(rerank and hits),
+            reranker=self.reranker.identity if rerank and self.reranker else None,
+            took_ms=round((time.perf_counter() - started) * 1000, 2),
+            hits=[_hit(rank, h) for rank, h in enumerate(hits, start=1)])
+
+    def _retrieve(self, query: str, mode: str, version: str, depth: int) -> list[SearchHit]:
+        store = self.store
+        with store.reading():
+            if mode == "lexical":
+                return store.hits(version, store.lexical_top(query, version, depth))
+            vector = self.embed_query(version, query)
+            if mode == "dense":
+                return store.hits(version, self._dense(vector, version, depth))
+            weights = self.weights
+            wide = max(depth, weights.candidates)
+            dense = self._dense(vector, version, wide) if weights.dense > 0 else []
+            lexical = store.lexical_top(query, version, wide) if weights.lexical > 0 else []
+            return store.hits(version, store.fuse(dense, lexical, depth, weights))
+
+    def _dense(self, vector: list[float], version: str, n: int) -> list[tuple[str, int, float]]:
+        if self.vectors is not None:
+            top = self.vectors.top(version, vector, n)
+            if top is not None:
+                return top
+        return self.store.dense_top(vector, version, n)
+
+    # ---- versions and health -----------------------------------------------------------------
+    def versions(self) -> VersionsResponse:
+        production = self.production()
+        aliases = {production: [self.alias]} if production else {}
+        return VersionsResponse(
+            production=production, default=self.default_version(),
+            versions=[VersionInfo(index_version=v["index_version"], documents=v["documents"], chunks=v["chunks"],
+                                  created_at=str(v["created_at"]), embedder=v["fingerprint"].get("embedder"),
+                                  aliases=aliases.get(v["index_version"], []))
+                      for v in self.store.index_versions()])
+
+    def health(self) -> dict:
+        return {"status": "ok", "production": self.production()}
+
+
+def service_from_settings(settings: PlatformSettings, *, vectors_in_memory: bool = False) -> SearchService:
+    """The service the settings describe. Without a production alias it serves the version the current
+    settings build (as `ctx search` does), computed only when needed: that import brings in Dagster."""
+    from contextual_assets.rerank import configured_reranker
+    from contextual_assets.store import open_store
+
+    def current_version() -> str | None:
+        from contextual_assets.defs.resources import (
+            build_resources,
+            current_index_version,
+        )
+
+        resources = build_resources(settings)
+        return current_index_version(resources["headers"], resources["embedder"], resources["parsing"])
+
+    store = open_store(settings.database_url or None, settings.duckdb_path)
+    embedders = EmbedderCatalog(settings.embed_base_url, settings.embed_model, "", settings.embed_api_key_env,
+                                device=settings.embed_device)
+    reranker = configured_reranker(settings.rerank_base_url, settings.rerank_model, settings.rerank_model_dir,
+                                   settings.rerank_api_key_env, settings.embed_device)
+    return SearchService(store, embedders, weights=FusionWeights.model_validate_json(settings.fusion_weights_json),
+                         reranker=reranker, rerank_candidates=settings.rerank_candidates, max_k=settings.serve_max_k,
+                         fallback_version=current_version, vectors_in_memory=vectors_in_memory)
+
+
+def _hit(rank: int, h: SearchHit) -> Hit:
+    return Hit(rank=rank, score=h.score, document=h.doc_id, source_doc=h.source_doc, title=h.title,
+               section_path=h.section_path, page_start=h.page_start, page_end=h.page_end, header=h.header,
+               text=h.text, index_version=h.index_version)

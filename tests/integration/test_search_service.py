@@ -1,0 +1,247 @@
+"""The search service over real HTTP (uvicorn on loopback, httpx), on DuckDB and Postgres: what it
+serves, following the production alias live, token and size limits, rerank through the fleet
+simulator's /v1/rerank, and `ctx search` as its client without torch or Dagster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+import httpx
+import pytest
+import uvicorn
+
+from contextual_assets.embedding import EmbedderCatalog
+from contextual_assets.models import DocumentRecord, EmbeddedChunk, content_hash
+from contextual_assets.serving.app import create_app
+from contextual_assets.serving.service import SearchService
+from contextual_assets.store import open_store
+from tests.support import REPO_ROOT, free_port
+
+DOCS = {
+    "contracts/supply.pdf": [
+        ("Penalties", "Late delivery costs the supplier 0.5% of the order value per business day, capped at 10%."),
+        ("Termination", "Either party may terminate with ninety days written notice."),
+    ],
+    "code/rate_limiter.py": [
+        ("TokenBucket", "class TokenBucket: refills tokens at a fixed rate and rejects requests when empty."),
+        ("SlidingWindow", "A sliding window counter limits requests per client over the last minute."),
+    ],
+    "handbook.pdf": [
+        ("Travel", "Hotels are reimbursed up to EUR 210 per night in London and EUR 150 elsewhere."),
+        ("Leave", "Employees accrue two days of paid leave per month of service."),
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def embedders() -> EmbedderCatalog:
+    return EmbedderCatalog()  # the bundled all-MiniLM-L6-v2, loaded once for the module
+
+
+def fill(store, embedders: EmbedderCatalog, version: str, header_prefix: str) -> None:
+    """One index version of DOCS, built with the real embedder (its identity in the fingerprint)."""
+    embedder = embedders.get()
+    store.register_index_version(version, {"embedder": embedder.identity, "header_source": "structural"})
+    for doc_id, sections in DOCS.items():
+        texts = [text for _, text in sections]
+        headers = [f"{header_prefix} {doc_id}, section {section}." for section, _ in sections]
+        vectors = embedder.embed([f"{h}\n\n{t}" for h, t in zip(headers, texts)])
+        chunks = [EmbeddedChunk(doc_id=doc_id, source_doc=doc_id, title=doc_id, ordinal=i, section_path=[section],
+                                page_start=i + 1, page_end=i + 1, text=text, token_count=len(text.split()),
+                                content_hash=content_hash(text), header=header, header_source="structural",
+                                header_model="structural-v1", embedding=vector)
+                  for i, ((section, text), header, vector) in enumerate(zip(sections, headers, vectors))]
+        store.replace_document(DocumentRecord(doc_id=doc_id, index_version=version, source_path=f"/in/{doc_id}",
+                                              kind="text", title=doc_id, file_hash="ab" * 32, n_chunks=len(chunks),
+                                              updated_at=""), chunks)
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def store_location(request, tmp_path):
+    if request.param == "postgres":
+        return request.getfixturevalue("pg_url"), tmp_path / "unused.duckdb"
+    return None, tmp_path / "index.duckdb"
+
+
+@pytest.fixture
+def filled(store_location, embedders):
+    url, path = store_location
+    store = open_store(url, path)
+    fill(store, embedders, "iv-one", "From")
+    fill(store, embedders, "iv-two", "Excerpt of")
+    store.set_alias("production", "iv-one", reason="test")
+    yield store
+    store.close()
+
+
+@contextmanager
+def serving(service: SearchService, **app_options):
+    """The app under a real uvicorn server on a free loopback port, in a thread."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(service, **app_options), host="127.0.0.1", port=port,
+                                           log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the search service did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_service_searches_production_and_follows_the_alias_live(filled, store_location, embedders):
+    url, path = store_location
+    service = SearchService(open_store(url, path), embedders, alias_refresh_s=0.2, vectors_in_memory=True)
+    with serving(service) as base:
+        assert httpx.get(f"{base}/healthz").json() == {"status": "ok", "production": "iv-one"}
+        answer = httpx.post(f"{base}/search", json={"query": "late delivery penalty per business day", "k": 3})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["index_version"] == "iv-one" and body["alias"] == "production" and body["mode"] == "hybrid"
+        top = body["hits"][0]
+        assert top["document"] == "contracts/supply.pdf" and top["section_path"] == ["Penalties"]
+        assert top["page_start"] == 1 and top["header"].startswith("From ") and top["rank"] == 1
+        assert len(body["hits"]) == 3
+        for mode in ("dense", "lexical"):
+            hits = httpx.post(f"{base}/search", json={"query": "hotel per night in London", "k": 2,
+                                                       "mode": mode}).json()["hits"]
+            assert hits[0]["document"] == "handbook.pdf", mode
+
+        versions = httpx.get(f"{base}/versions").json()
+        assert versions["production"] == "iv-one"
+        assert {v["index_version"]: v["chunks"] for v in versions["versions"]} == {"iv-one": 6, "iv-two": 6}
+
+        # Another process promotes iv-two (here: another handle on the same store): served without a restart.
+        other = open_store(url, path)
+        other.set_alias("production", "iv-two", reason="promoted")
+        assert _served_version(base) == "iv-two"
+        other.rollback_alias("production", reason="rollback")
+        assert _served_version(base) == "iv-one"
+        other.close()
+
+        # An explicit version is served as asked, without the alias.
+        pinned = httpx.post(f"{base}/search", json={"query": "token bucket", "version": "iv-two"}).json()
+        assert pinned["index_version"] == "iv-two" and pinned["alias"] is None
+        assert pinned["hits"][0]["header"].startswith("Excerpt of ")
+    service.store.close()
+
+
+def _served_version(base: str, timeout_s: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    previous = None
+    while time.monotonic() < deadline:
+        served = httpx.post(f"{base}/search", json={"query": "ninety days notice", "k": 1}).json()["index_version"]
+        if served == previous:
+            return served
+        previous = served
+        time.sleep(0.3)
+    return previous
+
+
+@pytest.mark.parametrize("store_location", ["duckdb"], indirect=True)
+def test_refusals_are_clear_4xx(filled, store_location, embedders):
+    url, path = store_location
+    service = SearchService(open_store(url, path), embedders, max_k=20)
+    with serving(service, token="s3cret-token", max_request_bytes=1024) as base:
+        assert httpx.get(f"{base}/healthz").status_code == 200  # liveness needs no token
+        query = {"query": "ninety days notice"}
+        assert httpx.post(f"{base}/search", json=query).status_code == 401
+        wrong = httpx.post(f"{base}/search", json=query, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and "bearer token" in wrong.json()["error"]
+        assert httpx.get(f"{base}/versions").status_code == 401
+        auth = {"Authorization": "Bearer s3cret-token"}
+        assert httpx.post(f"{base}/search", json=query, headers=auth).status_code == 200
+
+        big = httpx.post(f"{base}/search", json={"query": "x" * 5000}, headers=auth)
+        assert big.status_code == 413 and "CTX_SERVE_MAX_REQUEST_BYTES" in big.json()["error"]
+        too_many = httpx.post(f"{base}/search", json={**query, "k": 21}, headers=auth)
+        assert too_many.status_code == 422 and "CTX_SERVE_MAX_K" in too_many.json()["error"]
+        bad_mode = httpx.post(f"{base}/search", json={**query, "mode": "fuzzy"}, headers=auth)
+        assert bad_mode.status_code == 422 and "mode" in bad_mode.json()["error"]
+        unknown = httpx.post(f"{base}/search", json={**query, "colour": "red"}, headers=auth)
+        assert unknown.status_code == 422 and "colour" in unknown.json()["error"]
+        not_json = httpx.post(f"{base}/search", content=b"{query", headers=auth)
+        assert not_json.status_code == 400 and "not JSON" in not_json.json()["error"]
+        missing = httpx.post(f"{base}/search", json={**query, "version": "iv-nope"}, headers=auth)
+        assert missing.status_code == 404 and "iv-nope" in missing.json()["error"]
+        no_reranker = httpx.post(f"{base}/search", json={**query, "rerank": True}, headers=auth)
+        assert no_reranker.status_code == 400 and "CTX_RERANK_BASE_URL" in no_reranker.json()["error"]
+    service.store.close()
+
+
+@pytest.mark.parametrize("store_location", ["duckdb"], indirect=True)
+def test_rerank_through_the_simulators_rerank_endpoint(filled, store_location, embedders):
+    from bench.sim.fleet import FleetSimulator, relevance
+    from contextual_assets.rerank import HTTPReranker
+
+    url, path = store_location
+    with FleetSimulator(1, time_scale=0.01) as fleet:
+        model = httpx.get(f"{fleet.base_urls[0]}/models").json()["data"][0]["id"]
+        reranker = HTTPReranker(fleet.base_urls[0], model)
+        service = SearchService(open_store(url, path), embedders, reranker=reranker, rerank_candidates=6)
+        with serving(service) as base:
+            query = "requests per client sliding window minute"
+            plain = httpx.post(f"{base}/search", json={"query": query, "k": 4, "rerank": False}).json()
+            assert plain["reranked"] is False
+            body = httpx.post(f"{base}/search", json={"query": query, "k": 4}).json()  # on by default when set
+            assert body["reranked"] is True and body["reranker"] == f"rerank:{model}"
+            hits = body["hits"]
+            assert len(hits) == 4 and hits[0]["section_path"] == ["SlidingWindow"]
+            expected = [relevance(query, f"{h['header']}\n\n{h['text']}") for h in hits]
+            assert [h["score"] for h in hits] == pytest.approx(expected)
+            assert expected == sorted(expected, reverse=True)
+            assert fleet.stats()[0].get("rerank_requests", 0) >= 1
+
+            fleet.set_faults(0, error_rate=1.0)
+            failed = httpx.post(f"{base}/search", json={"query": query, "k": 4})
+            assert failed.status_code == 502 and "reranker" in failed.json()["error"]
+        service.store.close()
+
+
+def test_ctx_search_uses_a_running_ctx_serve_without_torch_or_dagster(tmp_path, env, embedders):
+    store = open_store(None, tmp_path / ".ctx" / "index.duckdb")
+    fill(store, embedders, "iv-one", "From")
+    store.set_alias("production", "iv-one", reason="test")
+    store.close()
+    port = free_port()
+    serve_env = {**env, "CTX_SERVE_PORT": str(port), "CTX_SEARCH_TOKEN": "tok-123"}
+    server = subprocess.Popen([sys.executable, "-m", "contextual_assets.app.cli", "serve"], env=serve_env,
+                              cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, server.stdout.read()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "ctx serve did not answer /healthz"
+            time.sleep(0.3)
+        client_env = {**env, "CTX_SEARCH_URL": f"http://127.0.0.1:{port}", "CTX_SEARCH_TOKEN": "tok-123"}
+        probe = ("import sys, json; from contextual_assets.app.cli import main; rc = main(sys.argv[1:]); "
+                 "print(json.dumps({'rc': rc, 'loaded': sorted(m for m in ('torch', 'dagster', 'duckdb', "
+                 "'sentence_transformers') if m in sys.modules)}), file=sys.stderr)")
+        result = subprocess.run([sys.executable, "-c", probe, "search", "hotel per night in London", "-k", "2",
+                                 "--json"], env=client_env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+        report = json.loads(result.stderr.strip().splitlines()[-1])
+        assert report == {"rc": 0, "loaded": []}, result.stderr
+        hits = json.loads(result.stdout)
+        assert hits[0]["document"] == "handbook.pdf" and hits[0]["index_version"] == "iv-one"
+
+        refused = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel"],
+                                 env={**client_env, "CTX_SEARCH_TOKEN": "wrong"}, cwd=REPO_ROOT, capture_output=True,
+                                 text=True, timeout=120)
+        assert refused.returncode == 2 and "401" in refused.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
