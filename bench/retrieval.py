@@ -25,15 +25,15 @@ REFERENCE = {
 }
 
 
-def run(dataset: Path, gold_path: Path, headers: str, workdir: Path, llm_base_urls: str = "") -> dict:
+def ingest_corpus(dataset: Path, headers: str, workdir: Path, llm_base_urls: str = ""):
+    """The corpus ingested through the assets into a store under `workdir` (reused when it already holds
+    this version); returns (store, embedder, index version)."""
     import dagster as dg
 
     from contextual_assets.app.ingest_runs import ingest_partitions, register_sources
     from contextual_assets.defs.definitions import build_definitions, build_resources
     from contextual_assets.defs.resources import current_index_version
     from contextual_assets.settings import PlatformSettings
-    from eval_assets.evaluate import evaluate
-    from eval_assets.gold.gold_set import load_gold
 
     corpus = dataset / "codebase_chunks.json" if dataset.is_dir() else dataset
     settings = PlatformSettings.from_env().model_copy(update={
@@ -41,19 +41,29 @@ def run(dataset: Path, gold_path: Path, headers: str, workdir: Path, llm_base_ur
         "header_source": headers, "llm_base_urls": llm_base_urls or PlatformSettings.from_env().llm_base_urls,
     })
     resources = build_resources(settings)
-    defs = build_definitions(settings)
     store = resources["store"].open()
-    started = time.monotonic()
-    with dg.DagsterInstance.ephemeral() as instance:
-        sources = [(corpus.name, corpus)]
-        register_sources(store, instance, sources)
-        outcomes = ingest_partitions(defs, instance, sources, log_level="ERROR")
-    ingest_s = time.monotonic() - started
-    if not all(o.success for o in outcomes):
-        raise SystemExit(f"ingest failed: {[o.error for o in outcomes if not o.success]}")
     version = current_index_version(resources["headers"], resources["embedder"], resources["parsing"])
+    if store.count_chunks(version) == 0:
+        defs = build_definitions(settings)
+        with dg.DagsterInstance.ephemeral() as instance:
+            sources = [(corpus.name, corpus)]
+            register_sources(store, instance, sources)
+            outcomes = ingest_partitions(defs, instance, sources, log_level="ERROR")
+        if not all(o.success for o in outcomes):
+            raise SystemExit(f"ingest failed: {[o.error for o in outcomes if not o.success]}")
+    return store, resources["embedder"].get(), version
+
+
+def run(dataset: Path, gold_path: Path, headers: str, workdir: Path, llm_base_urls: str = "") -> dict:
+    from eval_assets.evaluate import evaluate
+    from eval_assets.gold.gold_set import load_gold
+
+    corpus = dataset / "codebase_chunks.json" if dataset.is_dir() else dataset
+    started = time.monotonic()
+    store, embedder, version = ingest_corpus(dataset, headers, workdir, llm_base_urls)
+    ingest_s = time.monotonic() - started
     gold = load_gold(gold_path)
-    report = evaluate(store, resources["embedder"].get(), gold, version)
+    report = evaluate(store, embedder, gold, version)
     return {
         "dataset": str(corpus),
         "gold": str(gold_path),

@@ -89,6 +89,8 @@ class PlatformSettings(BaseSettings):
                                                                         "gold share a candidate may have)")
     gate_min_coverage: float = Field(1.0, ge=0, le=1, description="a number from 0 to 1 (share of live documents "
                                                                  "a candidate must hold at their current revision)")
+    gate_rerank: bool = Field(False, description="true or false (retrieval_eval reranks the hybrid lists with the "
+                                                 "configured reranker; part of the evaluator identity)")
     gate_exceptions_path: str = Field("", validation_alias="CTX_GATE_EXCEPTIONS",
                                       description="a YAML or JSONL file of reviewed exceptions")
 

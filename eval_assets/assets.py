@@ -14,6 +14,7 @@ from contextual_assets.defs.resources import (
     EmbedderResource,
     HeaderSourceResource,
     ParsingResource,
+    RerankerResource,
     current_index_version,
 )
 from contextual_assets.errors import ContextualError
@@ -60,6 +61,7 @@ def retrieval_eval(
     headers: HeaderSourceResource,
     parsing: ParsingResource,
     gate: EvalGateResource,
+    reranker: RerankerResource,
 ) -> dg.MaterializeResult:
     gold_path = config.gold_path or gate.gold_path or os.environ.get("CTX_GOLD_FILE", "")
     if not gold_path:
@@ -69,18 +71,24 @@ def retrieval_eval(
         candidate = config.index_version or current_index_version(headers, embedder, parsing)
         exceptions = gate.exceptions()
         policy = gate.policy()
+        search = {"weights": gate.weights(), "reranker": reranker.get() if gate.rerank else None,
+                  "rerank_candidates": reranker.candidates}
+        if gate.rerank and search["reranker"] is None:
+            raise ContextualError("CTX_GATE_RERANK is on but no reranker is configured: set CTX_RERANK_BASE_URL and "
+                                  "CTX_RERANK_MODEL, or CTX_RERANK_MODEL_DIR")
     except ContextualError as exc:
         raise dg.Failure(description=str(exc)) from None
     chunk_store = store.open()
     if chunk_store.count_chunks(candidate) == 0:
         raise dg.Failure(description=f"index version {candidate} holds no chunks; ingest documents first")
-    report = evaluate(chunk_store, version_embedder(chunk_store, embedder, candidate, "candidate"), gold, candidate)
+    report = evaluate(chunk_store, version_embedder(chunk_store, embedder, candidate, "candidate"), gold, candidate,
+                      **search)
     production_version = chunk_store.get_alias(gate.alias)
     baseline = None
     if production_version and production_version != candidate and chunk_store.count_chunks(production_version):
         # Production scored with its own embedder against its own vectors, on the same gold.
         baseline = evaluate(chunk_store, version_embedder(chunk_store, embedder, production_version, "production"),
-                            gold, production_version)
+                            gold, production_version, **search)
         save_report(chunk_store, baseline)
     coverage = coverage_of(chunk_store, candidate, live_documents(chunk_store, production_version))
     short = coverage.share < gate.min_coverage or (gate.min_coverage >= 1.0 and not coverage.complete)

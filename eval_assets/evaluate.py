@@ -10,7 +10,9 @@ import uuid
 from pydantic import BaseModel
 
 from contextual_assets.embedding import Embedder
+from contextual_assets.fusion import FusionWeights
 from contextual_assets.models import SearchHit
+from contextual_assets.rerank import Reranker
 from contextual_assets.store import ChunkStore
 
 from .gold.gold_set import GoldSet
@@ -27,8 +29,6 @@ from .ranking_metrics import (
 MODES = ("dense", "lexical", "hybrid")
 GRADER_VERSION = "graders-v2"
 DEPTH = 20
-RRF_CONSTANT = 60
-HYBRID_CANDIDATES = 100
 
 
 class TaskResult(BaseModel):
@@ -75,17 +75,28 @@ class EvalReport(BaseModel):
         return [t.model_dump() for t in self.tasks]
 
 
-def evaluator_identity(embedder: Embedder, gold: GoldSet, modes: tuple[str, ...]) -> tuple[str, dict]:
-    """Who graded: results of different evaluators are never compared as if equal."""
+def evaluator_identity(embedder: Embedder, gold: GoldSet, modes: tuple[str, ...],
+                       weights: FusionWeights | None = None, reranker: Reranker | None = None,
+                       rerank_candidates: int = 50) -> tuple[str, dict]:
+    """Who graded: results of different evaluators (embedder, fusion weights, reranker, graders, gold)
+    are never compared as if equal."""
+    weights = weights or FusionWeights()
     identity = {
-        "embedder": embedder.identity, "modes": list(modes), "depth": DEPTH, "rrf_constant": RRF_CONSTANT,
-        "hybrid_candidates": HYBRID_CANDIDATES, "grader_version": GRADER_VERSION, "gold_sha256": gold.sha256,
+        "embedder": embedder.identity, "modes": list(modes), "depth": DEPTH, "rrf_constant": weights.constant,
+        "hybrid_candidates": weights.candidates, "grader_version": GRADER_VERSION, "gold_sha256": gold.sha256,
     }
+    if (weights.dense, weights.lexical) != (1.0, 1.0):  # equal weights keep the identity they always had
+        identity["fusion_weights"] = {"dense": weights.dense, "lexical": weights.lexical}
+    if reranker is not None:
+        identity["rerank"] = {"reranker": reranker.identity, "candidates": rerank_candidates}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16], identity
 
 
 def evaluate(store: ChunkStore, embedder: Embedder, gold: GoldSet, index_version: str,
-             modes: tuple[str, ...] = MODES) -> EvalReport:
+             modes: tuple[str, ...] = MODES, weights: FusionWeights | None = None,
+             reranker: Reranker | None = None, rerank_candidates: int = 50) -> EvalReport:
+    """Every task in every mode; with a reranker, the hybrid lists are reranked (its top
+    `rerank_candidates`) before grading."""
     # Gold hygiene reads every chunk of the version: evaluation, not the query path.
     statuses = classify(gold, store.chunks(index_version))
     queries = [t.query for t in gold.tasks]
@@ -99,7 +110,10 @@ def evaluate(store: ChunkStore, embedder: Embedder, gold: GoldSet, index_version
             elif mode == "lexical":
                 hits = store.search_lexical(task.query, index_version, DEPTH)
             else:
-                hits = store.search_hybrid(task.query, vector, index_version, DEPTH, candidates=HYBRID_CANDIDATES)
+                depth = max(DEPTH, rerank_candidates) if reranker is not None else DEPTH
+                hits = store.search_hybrid(task.query, vector, index_version, depth, weights=weights)
+                if reranker is not None:
+                    hits = reranker.rerank(task.query, hits[:rerank_candidates], DEPTH)
                 hybrid_hits[task.id] = hits
             ranking = [task.satisfied_by(h.text) for h in hits]
             n_gold = len(task.evidence)
@@ -116,7 +130,7 @@ def evaluate(store: ChunkStore, embedder: Embedder, gold: GoldSet, index_version
         metrics[mode] = ModeMetrics(mode=mode, n_queries=len(rows), pass_at_5=mean("pass_at_5"),
                                     pass_at_10=mean("pass_at_10"), pass_at_20=mean("pass_at_20"),
                                     mrr=mean("reciprocal_rank"), ndcg_at_10=mean("ndcg_at_10"))
-    evaluator_id, identity = evaluator_identity(embedder, gold, modes)
+    evaluator_id, identity = evaluator_identity(embedder, gold, modes, weights, reranker, rerank_candidates)
     return EvalReport(
         run_id=uuid.uuid4().hex, index_version=index_version, gold_set=gold.name, gold_sha256=gold.sha256,
         evaluator_id=evaluator_id, evaluator=identity, metrics=metrics, tasks=results,

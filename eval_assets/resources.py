@@ -8,6 +8,7 @@ import dagster as dg
 from pydantic import ValidationError
 
 from contextual_assets.errors import ConfigurationError
+from contextual_assets.fusion import FusionWeights
 from contextual_assets.settings import PlatformSettings
 
 from .gate import GatePolicy, ReviewedException, load_exceptions
@@ -31,6 +32,16 @@ class EvalGateResource(dg.ConfigurableResource):
     hygiene_warn_share: float = 0.1
     exceptions_path: str = ""
     alias: str = "production"
+    fusion_weights_json: str = PlatformSettings.default("fusion_weights_json")
+    rerank: bool = PlatformSettings.default("gate_rerank")
+
+    def weights(self) -> FusionWeights:
+        """The hybrid fusion the evaluation searches with (CTX_FUSION_WEIGHTS), as the service does."""
+        try:
+            return FusionWeights.model_validate_json(self.fusion_weights_json or "{}")
+        except ValidationError as exc:
+            raise ConfigurationError(f"CTX_FUSION_WEIGHTS={self.fusion_weights_json!r}: "
+                                     f"{exc.errors()[0]['msg']}") from None
 
     def policy(self) -> GatePolicy:
         try:

@@ -31,6 +31,7 @@ from contextual_assets.parsing.tokens import (
     TokenCounter,
     token_counter,
 )
+from contextual_assets.rerank import Reranker, configured_reranker
 from contextual_assets.settings import HEADER_SOURCES, PlatformSettings, env_source
 from contextual_assets.store import ChunkStore, open_store
 from eval_assets.resources import EvalGateResource
@@ -224,10 +225,31 @@ class EmbedderResource(dg.ConfigurableResource):
         return self.catalog().for_identity(identity, recipe)
 
 
+class RerankerResource(dg.ConfigurableResource):
+    """The optional rerank stage: an OpenAI-compatible `/v1/rerank` endpoint (vLLM serving a
+    cross-encoder) or a local cross-encoder directory; neither set means no reranker."""
+
+    base_url: str = ""
+    model: str = ""
+    model_dir: str = ""
+    api_key_env: str = _default("rerank_api_key_env")
+    candidates: int = _default("rerank_candidates")
+    device: str = _default("embed_device")
+
+    _reranker: Reranker | None = PrivateAttr(default=None)
+
+    def get(self) -> Reranker | None:
+        if self._reranker is None:
+            self._reranker = configured_reranker(self.base_url, self.model, self.model_dir, self.api_key_env,
+                                                 self.device)
+        return self._reranker
+
+
 # Settings that differ per deployment: when the environment sets them, the code location's resources
 # carry the variable (dg.EnvVar), resolved at run time, so the UI never bakes their values into config.
 DEPLOYMENT_SETTINGS = ("duckdb_path", "llm_base_urls", "llm_fleet_file", "llm_model", "llm_revision",
-                       "embed_base_url", "embed_model", "gold_path", "gate_exceptions_path")
+                       "embed_base_url", "embed_model", "gold_path", "gate_exceptions_path", "rerank_base_url",
+                       "rerank_model", "rerank_model_dir")
 
 
 def build_resources(settings: PlatformSettings, env_vars: bool = False) -> dict[str, dg.ConfigurableResource]:
@@ -260,7 +282,11 @@ def build_resources(settings: PlatformSettings, env_vars: bool = False) -> dict[
         "gate": EvalGateResource(gold_path=value("gold_path"), floors_json=settings.gate_floors_json,
                                  tolerance=settings.gate_tolerance,
                                  max_unhealthy_share=settings.gate_max_unhealthy_share,
-                                 min_coverage=settings.gate_min_coverage, exceptions_path=value("gate_exceptions_path")),
+                                 min_coverage=settings.gate_min_coverage, exceptions_path=value("gate_exceptions_path"),
+                                 fusion_weights_json=settings.fusion_weights_json, rerank=settings.gate_rerank),
+        "reranker": RerankerResource(base_url=value("rerank_base_url"), model=value("rerank_model"),
+                                     model_dir=value("rerank_model_dir"), api_key_env=settings.rerank_api_key_env,
+                                     candidates=settings.rerank_candidates, device=settings.embed_device),
     }
 
 

@@ -1,0 +1,135 @@
+"""Choose the hybrid fusion weights on a development gold set, and measure rerank.
+
+The corpus is ingested through the assets (as bench.retrieval does), each query's dense and lexical
+candidate lists are read once, and every weight pair of a small grid fuses them; the grid point that
+maximises the mean of Pass@5/10/20 becomes the recommended `CTX_FUSION_WEIGHTS`. Only the gold set
+given here is used: pass the dev half, never the held-back queries.
+
+    python -m bench.fusion --dataset ../shared/datasets/anthropic-codebase \
+        --gold ../shared/datasets/anthropic-codebase/evaluation_set.dev.jsonl --headers structural \
+        --json bench/results/fusion.json [--rerank-model-dir DIR | --rerank-url URL --rerank-model NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.report import write_json
+
+DENSE_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
+CONSTANTS = (20, 60)
+CANDIDATES = 100
+KS = (5, 10, 20)
+
+
+def _metrics(rankings: list[list[list[int]]], n_gold: list[int]) -> dict[str, float]:
+    from eval_assets.ranking_metrics import pass_at_k, reciprocal_rank
+
+    out = {f"pass_at_{k}": round(100 * statistics.mean(pass_at_k(r, n, k) for r, n in zip(rankings, n_gold)), 2)
+           for k in KS}
+    out["mrr"] = round(100 * statistics.mean(reciprocal_rank(r) for r in rankings), 2)
+    return out
+
+
+def sweep(store, embedder, gold, version: str, reranker=None, rerank_candidates: int = 50) -> dict:
+    from contextual_assets.fusion import FusionWeights
+
+    tasks = list(gold.tasks)
+    vectors = embedder.embed([t.query for t in tasks])
+    lists, texts = [], {}
+    for task, vector in zip(tasks, vectors):
+        dense = store.dense_top(vector, version, CANDIDATES)
+        lexical = store.lexical_top(task.query, version, CANDIDATES)
+        for hit in store.hits(version, [*dense, *lexical]):
+            texts[(hit.doc_id, hit.ordinal)] = hit
+        lists.append((dense, lexical))
+    n_gold = [len(t.evidence) for t in tasks]
+
+    def graded(task, keys) -> list[list[int]]:
+        return [task.satisfied_by(texts[(d, o)].text) for d, o, *_ in keys[: max(KS)]]
+
+    rows = [{"mode": "dense", **_metrics([graded(t, d) for t, (d, _) in zip(tasks, lists)], n_gold)},
+            {"mode": "lexical", **_metrics([graded(t, lx) for t, (_, lx) in zip(tasks, lists)], n_gold)}]
+    for constant in CONSTANTS:
+        for dense_weight in DENSE_WEIGHTS:
+            weights = FusionWeights(dense=dense_weight, lexical=1.0, constant=constant, candidates=CANDIDATES)
+            fused = [store.fuse(d, lx, max(KS), weights) for d, lx in lists]
+            rows.append({"mode": "hybrid", "dense": dense_weight, "lexical": 1.0, "constant": constant,
+                         **_metrics([graded(t, f) for t, f in zip(tasks, fused)], n_gold)})
+    hybrids = [r for r in rows if r["mode"] == "hybrid"]
+    best = max(hybrids, key=lambda r: (statistics.mean(r[f"pass_at_{k}"] for k in KS), r["mrr"]))
+    result = {"version": version, "queries": len(tasks), "candidates": CANDIDATES, "rows": rows,
+              "chosen": {"dense": best["dense"], "lexical": 1.0, "constant": best["constant"]},
+              "rule": "max mean(Pass@5, Pass@10, Pass@20), then MRR"}
+    if reranker is not None:
+        weights = FusionWeights(**result["chosen"], candidates=CANDIDATES)
+        plain, reranked, seconds = [], [], []
+        for task, (d, lx) in zip(tasks, lists):
+            fused = store.fuse(d, lx, max(rerank_candidates, max(KS)), weights)
+            hits = [texts[(doc, o)] for doc, o, _ in fused]
+            plain.append([task.satisfied_by(h.text) for h in hits[: max(KS)]])
+            started = time.perf_counter()
+            top = reranker.rerank(task.query, hits[:rerank_candidates], max(KS))
+            seconds.append(time.perf_counter() - started)
+            reranked.append([task.satisfied_by(h.text) for h in top])
+        result["rerank"] = {"reranker": reranker.identity, "candidates": rerank_candidates,
+                            "without": _metrics(plain, n_gold), "with": _metrics(reranked, n_gold),
+                            "seconds_per_query_p50": round(statistics.median(seconds), 3)}
+    return result
+
+
+def print_table(result: dict) -> None:
+    print(f"\n{result['queries']} queries, {result['candidates']} candidates per list, version {result['version']}")
+    print(f"{'mode':8s} {'dense w':>7s} {'c':>3s} {'Pass@5':>7s} {'Pass@10':>8s} {'Pass@20':>8s} {'MRR':>6s}")
+    for r in result["rows"]:
+        w = f"{r['dense']:.1f}" if "dense" in r else "-"
+        c = str(r.get("constant", "-"))
+        print(f"{r['mode']:8s} {w:>7s} {c:>3s} {r['pass_at_5']:7.1f} {r['pass_at_10']:8.1f} {r['pass_at_20']:8.1f} "
+              f"{r['mrr']:6.1f}")
+    print(f"chosen: {result['chosen']} ({result['rule']})")
+    if "rerank" in result:
+        rr = result["rerank"]
+        print(f"\nrerank {rr['reranker']} over the top {rr['candidates']} fused "
+              f"({rr['seconds_per_query_p50']} s per query, median)")
+        for name in ("without", "with"):
+            m = rr[name]
+            print(f"  {name:8s} {m['pass_at_5']:7.1f} {m['pass_at_10']:8.1f} {m['pass_at_20']:8.1f} {m['mrr']:6.1f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", type=Path, default=Path("../shared/datasets/anthropic-codebase"))
+    parser.add_argument("--gold", type=Path, default=None, help="development gold set (default: the dev half)")
+    parser.add_argument("--headers", choices=["none", "structural", "openai"], default="structural")
+    parser.add_argument("--workdir", type=Path, default=None, help="reuse/keep the store here (default: temp dir)")
+    parser.add_argument("--rerank-model-dir", default="", help="a local cross-encoder directory")
+    parser.add_argument("--rerank-url", default="", help="an OpenAI-compatible base URL serving /rerank")
+    parser.add_argument("--rerank-model", default="", help="the reranker's model name at --rerank-url")
+    parser.add_argument("--rerank-candidates", type=int, default=50)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    from bench.retrieval import ingest_corpus
+    from contextual_assets.rerank import configured_reranker
+    from eval_assets.gold.gold_set import load_gold
+
+    gold = load_gold(args.gold or (args.dataset / "evaluation_set.dev.jsonl"))
+    reranker = configured_reranker(args.rerank_url, args.rerank_model, args.rerank_model_dir, "")
+    with tempfile.TemporaryDirectory(prefix="ctx-fusion-") as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        store, embedder, version = ingest_corpus(args.dataset, args.headers, workdir)
+        result = sweep(store, embedder, gold, version, reranker, args.rerank_candidates)
+    result.update({"dataset": str(args.dataset), "gold": str(args.gold), "headers": args.headers})
+    print_table(result)
+    write_json(args.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
