@@ -197,20 +197,22 @@ class Corpus:
         return vectors, texts
 
 
-def documents(corpus: Corpus, per_doc: int):
+def documents(corpus: Corpus, per_doc: int, version: str = INDEX_VERSION, limit: int | None = None):
+    """The corpus as (document record, chunks) pairs of `per_doc` chunks, the first `limit` chunks only."""
     from contextual_assets.models import DocumentRecord, EmbeddedChunk, content_hash
 
-    for start in range(0, corpus.n, per_doc):
+    total = corpus.n if limit is None else min(limit, corpus.n)
+    for start in range(0, total, per_doc):
         doc_id = f"bench/doc-{start // per_doc:05d}.md"
         chunks = []
-        for ordinal, i in enumerate(range(start, min(start + per_doc, corpus.n))):
+        for ordinal, i in enumerate(range(start, min(start + per_doc, total))):
             text = corpus.text(i)
             chunks.append(EmbeddedChunk(
                 doc_id=doc_id, source_doc=doc_id, title=f"Doc {start // per_doc}", ordinal=ordinal,
                 section_path=[f"Topic {corpus.labels[i]}"], text=text, token_count=20, content_hash=content_hash(text),
                 header="", header_source="none", embedding=corpus.vectors[i].tolist(),
             ))
-        record = DocumentRecord(doc_id=doc_id, index_version=INDEX_VERSION, source_path=f"/bench/{doc_id}", kind="md",
+        record = DocumentRecord(doc_id=doc_id, index_version=version, source_path=f"/bench/{doc_id}", kind="md",
                                 title=f"Doc {start // per_doc}", file_hash=f"{start:064x}", n_chunks=len(chunks),
                                 updated_at="")
         yield record, chunks

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from contextual_assets.embedding import EmbedderCatalog
+from contextual_assets.embedding import EmbedderCatalog, QueryBatcher
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fusion import FusionWeights
 from contextual_assets.models import SearchHit
@@ -42,6 +42,7 @@ class SearchService:
         self._fallback = fallback_version
         self._alias_seen: tuple[float, str | None] = (float("-inf"), None)
         self._records: dict[str, dict] = {}
+        self._batchers: dict[str, QueryBatcher] = {}
         self._lock = threading.Lock()
         embedding_matrix = getattr(store, "embedding_matrix", None)
         self.vectors = (VersionVectors(embedding_matrix, store.revision)
@@ -83,11 +84,16 @@ class SearchService:
         """The query embedded by the version's own embedder (its vectors mean nothing to another)."""
         record = self._record(version)
         identity = record["fingerprint"].get("embedder") or self.embedders.identity()
-        try:
-            embedder = self.embedders.for_identity(identity, (record.get("recipe") or {}).get("embedder"))
-        except ConfigurationError as exc:
-            raise SearchError(409, str(exc)) from None
-        return embedder.embed([query])[0]
+        with self._lock:
+            batcher = self._batchers.get(identity)
+        if batcher is None:
+            try:
+                embedder = self.embedders.for_identity(identity, (record.get("recipe") or {}).get("embedder"))
+            except ConfigurationError as exc:
+                raise SearchError(409, str(exc)) from None
+            with self._lock:
+                batcher = self._batchers.setdefault(identity, QueryBatcher(embedder))
+        return batcher.embed_one(query)
 
     # ---- search ------------------------------------------------------------------------------
     def search(self, request: SearchRequest) -> SearchResponse:
@@ -174,9 +180,9 @@ def service_from_settings(settings: PlatformSettings, *, vectors_in_memory: bool
         resources = build_resources(settings)
         return current_index_version(resources["headers"], resources["embedder"], resources["parsing"])
 
-    store = open_store(settings.database_url or None, settings.duckdb_path)
+    store = open_store(settings.database_url or None, settings.duckdb_path, pool_size=8)
     embedders = EmbedderCatalog(settings.embed_base_url, settings.embed_model, "", settings.embed_api_key_env,
-                                device=settings.embed_device)
+                                device=settings.embed_device, threads=1)
     reranker = configured_reranker(settings.rerank_base_url, settings.rerank_model, settings.rerank_model_dir,
                                    settings.rerank_api_key_env, settings.embed_device)
     return SearchService(store, embedders, weights=FusionWeights.model_validate_json(settings.fusion_weights_json),

@@ -8,12 +8,13 @@ from .base import ChunkStore
 from .duckdb_store import DuckDBChunkStore
 
 
-def open_store(database_url: str | None, duckdb_path: str | Path) -> ChunkStore:
-    """Postgres when `database_url` is set, otherwise the DuckDB file; migrated on open."""
+def open_store(database_url: str | None, duckdb_path: str | Path, pool_size: int = 4) -> ChunkStore:
+    """Postgres (`pool_size` connections) when `database_url` is set, otherwise the DuckDB file;
+    migrated on open."""
     if database_url:
         from .postgres_store import PostgresChunkStore
 
-        store: ChunkStore = PostgresChunkStore(database_url)
+        store: ChunkStore = PostgresChunkStore(database_url, pool_size=pool_size)
     else:
         store = DuckDBChunkStore(duckdb_path)
     store.migrate()

@@ -7,10 +7,9 @@ queries in prose find code chunks.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -48,19 +47,6 @@ def term_counts(text: str) -> tuple[Counter[str], int]:
     chunk: one placeholder token)."""
     tokens = tokenize(text)
     return Counter(tokens), max(1, len(tokens))
-
-
-def bm25_idf(doc_freq: int, n_chunks: int) -> float:
-    """Lucene's idf: never negative, so a term in most chunks still counts a little."""
-    return math.log(1 + (n_chunks - doc_freq + 0.5) / (doc_freq + 0.5))
-
-
-def bm25_term_weights(query: str, doc_freqs: Mapping[str, int], n_chunks: int) -> dict[str, float]:
-    """idf x occurrences in the query, for each query term the index holds (a repeated query term
-    counts again, as in bm25s)."""
-    counts = Counter(tokenize(query))
-    return {term: bm25_idf(doc_freqs[term], n_chunks) * times
-            for term, times in counts.items() if doc_freqs.get(term)}
 
 
 def dense_top_k(matrix: np.ndarray, vector: np.ndarray, k: int) -> list[tuple[int, float]]:

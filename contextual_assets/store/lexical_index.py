@@ -9,7 +9,7 @@ corpus. Scores are BM25 exactly as bm25s computes them (Lucene idf, k1 1.5, b 0.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +18,6 @@ from ..models import HeaderedChunk
 from .lexical import (
     BM25_B,
     BM25_K1,
-    bm25_term_weights,
     lexical_text,
     term_counts,
     tokenize,
@@ -91,43 +90,45 @@ class LexicalIndexTable(StorePrimitives):
             done += 1
         return done
 
-    def _lexical_stats(self, index_version: str) -> tuple[int, int, int]:
-        rows = self._query(
-            "SELECT coalesce(sum(n_chunks), 0), coalesce(sum(lexical_tokens), 0), "
-            "count(*) FILTER (WHERE lexical_tokens IS NULL) FROM ctx_documents WHERE index_version = ?",
-            (index_version,))
-        return int(rows[0][0]), int(rows[0][1]), int(rows[0][2])
+    def _ensure_indexed_once(self, index_version: str) -> None:
+        """Documents without postings exist only from before the lexical index (new commits always write
+        them), so each store object checks a version once."""
+        ready: set[str] = self.__dict__.setdefault("_lexical_ready", set())
+        if index_version in ready:
+            return
+        pending = self._query("SELECT count(*) FROM ctx_documents WHERE index_version = ? AND lexical_tokens IS NULL",
+                              (index_version,))[0][0]
+        if pending:
+            self.ensure_lexical_index(index_version)
+        ready.add(index_version)
 
     def lexical_top(self, query: str, index_version: str, n: int) -> list[tuple[str, int, float]]:
-        """(doc_id, ordinal, BM25 score) of the n best chunks with a score above 0."""
-        terms = sorted(set(tokenize(query)))
-        if not terms or n <= 0:
+        """(doc_id, ordinal, BM25 score) of the n best chunks with a score above 0, in one statement:
+        the version's chunk count and token total, the query terms' document frequencies, then the
+        postings of those terms only."""
+        counts = Counter(tokenize(query))
+        if not counts or n <= 0:
             return []
-        n_chunks, total_tokens, unindexed = self._lexical_stats(index_version)
-        if unindexed:
-            self.ensure_lexical_index(index_version)
-            n_chunks, total_tokens, _ = self._lexical_stats(index_version)
-        if n_chunks == 0:
-            return []
-        marks = ", ".join("?" for _ in terms)
-        doc_freqs = {str(t): int(df) for t, df in self._query(
-            f"SELECT term, sum(chunk_count) FROM ctx_lexical_postings WHERE index_version = ? AND term IN ({marks}) "
-            "GROUP BY term", [index_version, *terms])}
-        weights = bm25_term_weights(query, doc_freqs, n_chunks)
-        if not weights:
-            return []
-        values = ", ".join("(CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION))" for _ in weights)
+        self._ensure_indexed_once(index_version)
+        values = ", ".join("(CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION))" for _ in counts)
         rows = self._query(
-            "SELECT doc_id, ordinal, sum(weight * tf / (tf + ? * (1 - ? + ? * dl / ?))) AS score FROM ("
-            "  SELECT p.doc_id, w.weight, unnest(p.ordinals) AS ordinal, unnest(p.tfs) AS tf, "
-            "         unnest(p.lengths) AS dl "
-            f"  FROM ctx_lexical_postings p JOIN (VALUES {values}) AS w (term, weight) ON p.term = w.term "
-            "  WHERE p.index_version = ?) matched "
-            "GROUP BY doc_id, ordinal ORDER BY score DESC, doc_id, ordinal LIMIT ?",
-            [BM25_K1, BM25_B, BM25_B, total_tokens / n_chunks,
-             *[v for item in weights.items() for v in item], index_version, int(n)])
+            "WITH stats AS (SELECT CAST(sum(n_chunks) AS DOUBLE PRECISION) AS n, "
+            "      CAST(sum(lexical_tokens) AS DOUBLE PRECISION) / greatest(sum(n_chunks), 1) AS avgdl "
+            "    FROM ctx_documents WHERE index_version = ?), "
+            f" q (term, times) AS (VALUES {values}), "
+            " matched AS MATERIALIZED (SELECT p.doc_id, p.term, p.chunk_count, p.ordinals, p.tfs, p.lengths "
+            "    FROM ctx_lexical_postings p JOIN q ON p.term = q.term WHERE p.index_version = ?), "
+            " weights AS (SELECT m.term, q.times * ln(1 + (stats.n - sum(m.chunk_count) + 0.5) / "
+            "      (sum(m.chunk_count) + 0.5)) AS weight FROM matched m JOIN q ON m.term = q.term, stats "
+            "    GROUP BY m.term, q.times, stats.n), "
+            " postings AS (SELECT m.doc_id, m.term, unnest(m.ordinals) AS ordinal, unnest(m.tfs) AS tf, "
+            "      unnest(m.lengths) AS dl FROM matched m) "
+            "SELECT p.doc_id, p.ordinal, sum(w.weight * p.tf / (p.tf + ? * (1 - ? + ? * p.dl / stats.avgdl))) AS score "
+            "FROM postings p JOIN weights w ON p.term = w.term, stats "
+            "GROUP BY p.doc_id, p.ordinal ORDER BY score DESC, p.doc_id, p.ordinal LIMIT ?",
+            [index_version, *[v for item in counts.items() for v in item], index_version,
+             BM25_K1, BM25_B, BM25_B, int(n)])
         return [(str(d), int(o), float(s)) for d, o, s in rows if s > 0]
-
 
 def postings_rows(index_version: str, doc_id: str, postings: list[Posting]) -> list[tuple]:
     """Rows for a bulk insert (COPY), in the table's column order."""
