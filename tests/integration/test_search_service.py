@@ -245,3 +245,33 @@ def test_ctx_search_uses_a_running_ctx_serve_without_torch_or_dagster(tmp_path, 
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+@pytest.mark.parametrize("store_location", ["duckdb"], indirect=True)
+def test_evaluation_with_rerank_and_weights_is_another_evaluator(filled, embedders, tmp_path):
+    from bench.sim.fleet import FleetSimulator
+    from contextual_assets.fusion import FusionWeights
+    from contextual_assets.rerank import HTTPReranker
+    from eval_assets.evaluate import evaluate
+    from eval_assets.gold.gold_set import load_gold
+
+    gold_path = tmp_path / "gold.jsonl"
+    gold_path.write_text("\n".join(json.dumps(row) for row in [
+        {"query": "hotel limit per night in London", "evidence": [{"text": "EUR 210 per night in London"}]},
+        {"query": "late delivery penalty", "evidence": [{"text": "0.5% of the order value per business day"}]},
+    ]) + "\n")
+    gold = load_gold(gold_path)
+    embedder = embedders.get()
+    plain = evaluate(filled, embedder, gold, "iv-one", modes=("hybrid",))
+    weighted = evaluate(filled, embedder, gold, "iv-one", modes=("hybrid",),
+                        weights=FusionWeights(dense=0.5, lexical=1.0))
+    assert "fusion_weights" not in plain.evaluator and weighted.evaluator["fusion_weights"] == {"dense": 0.5,
+                                                                                                "lexical": 1.0}
+    with FleetSimulator(1, time_scale=0.01) as fleet:
+        model = httpx.get(f"{fleet.base_urls[0]}/models").json()["data"][0]["id"]
+        reranked = evaluate(filled, embedder, gold, "iv-one", modes=("hybrid",),
+                            reranker=HTTPReranker(fleet.base_urls[0], model), rerank_candidates=6)
+        assert fleet.stats()[0]["rerank_requests"] == len(gold.tasks)
+    assert reranked.evaluator["rerank"] == {"reranker": f"rerank:{model}", "candidates": 6}
+    assert len({plain.evaluator_id, weighted.evaluator_id, reranked.evaluator_id}) == 3
+    assert reranked.metrics["hybrid"].pass_at_5 == 1.0

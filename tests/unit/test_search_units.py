@@ -1,0 +1,68 @@
+"""Search pieces without a server: weighted fusion, the embedder device setting, query micro-batching."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from contextual_assets.embedding import Embedder, QueryBatcher, torch_device
+from contextual_assets.errors import ConfigurationError
+from contextual_assets.fusion import FusionWeights, reciprocal_rank_fusion
+
+
+def test_weighted_fusion_follows_the_weights():
+    dense, lexical = ["a", "b", "c"], ["c", "b", "d"]
+    equal = dict(reciprocal_rank_fusion([dense, lexical], 4, constant=60))
+    assert equal["b"] > equal["a"] and equal["c"] > equal["a"]
+    lexical_only = [k for k, _ in reciprocal_rank_fusion([dense, lexical], 4, weights=[0.0, 1.0])]
+    assert lexical_only == lexical
+    leaning = [k for k, _ in reciprocal_rank_fusion([dense, lexical], 4, constant=1, weights=[0.2, 1.0])]
+    assert leaning[0] == "c"
+    with pytest.raises(ValueError):
+        FusionWeights(dense=-0.1)
+
+
+def test_embed_device_auto_is_cpu_without_a_gpu_and_cuda_is_refused_by_name():
+    import torch
+
+    if torch.cuda.is_available():
+        assert torch_device("auto") == "cuda"
+    else:
+        assert torch_device("auto") == "cpu"
+        with pytest.raises(ConfigurationError, match="CTX_EMBED_DEVICE=cuda"):
+            torch_device("cuda")
+    assert torch_device("cpu") == "cpu"
+
+
+class _Recording(Embedder):
+    identity = "test:recording"
+    dimension = 2
+
+    def __init__(self):
+        self.calls: list[int] = []
+        self.entered = 0
+        self.gate = threading.Event()
+
+    def embed(self, texts):
+        self.entered += len(texts)
+        self.gate.wait(5)  # hold the first call so the others queue up behind it
+        self.calls.append(len(texts))
+        return [[float(len(t)), 1.0] for t in texts]
+
+
+def test_concurrent_queries_are_embedded_together_and_each_gets_its_own_vector():
+    embedder = _Recording()
+    batcher = QueryBatcher(embedder)
+    results: dict[str, list[float]] = {}
+    threads = [threading.Thread(target=lambda q=q: results.__setitem__(q, batcher.embed_one(q)))
+               for q in ("a", "bb", "ccc", "dddd", "eeeee")]
+    for t in threads:
+        t.start()
+    while embedder.entered + batcher._queue.qsize() < 5:  # the first batch held, the rest waiting
+        threading.Event().wait(0.01)
+    embedder.gate.set()
+    for t in threads:
+        t.join(10)
+    assert {q: v[0] for q, v in results.items()} == {"a": 1.0, "bb": 2.0, "ccc": 3.0, "dddd": 4.0, "eeeee": 5.0}
+    assert sum(embedder.calls) == 5 and len(embedder.calls) < 5
