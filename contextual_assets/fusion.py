@@ -8,11 +8,15 @@ from pydantic import BaseModel, Field
 
 
 class FusionWeights(BaseModel):
-    """Weights of the dense and lexical lists in reciprocal-rank fusion (0 leaves a list out)."""
+    """Weights of the dense and lexical lists in reciprocal-rank fusion (0 leaves a list out).
 
-    dense: float = Field(1.0, ge=0)
+    The defaults were chosen by `bench.fusion` on the dev half of the codebase benchmark only
+    (bench/results/fusion.json): with all-MiniLM-L6-v2 the dense list is much weaker than BM25, so it
+    gets less weight, and a small constant lets each list's first ranks count most."""
+
+    dense: float = Field(0.8, ge=0)
     lexical: float = Field(1.0, ge=0)
-    constant: int = Field(60, ge=1)
+    constant: int = Field(5, ge=1)
     candidates: int = Field(100, ge=1, description="hits taken from each list before fusion")
 
     model_config = {"extra": "forbid"}

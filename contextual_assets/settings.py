@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
+from contextual_assets.fusion import FusionWeights
 from contextual_assets.parsing.dispatch import DEFAULT_MAX_BYTES
 from contextual_assets.parsing.pdf import DEFAULT_MAX_PDF_PAGES
 
@@ -58,8 +59,11 @@ class PlatformSettings(BaseSettings):
     embed_base_url: str = Field("", description="an OpenAI-compatible /v1 base URL (empty: the bundled MiniLM)")
     embed_model: str = Field("", description="the embedding model served at CTX_EMBED_BASE_URL")
     embed_api_key_env: str = Field("CTX_EMBED_API_KEY", description="the name of the variable that holds the key")
+    embed_model_dir: str = Field("", description="a local sentence-transformers model directory (empty: the "
+                                                 "bundled all-MiniLM-L6-v2)")
     embed_device: str = Field("auto", description="auto, cpu or cuda (auto: cuda when torch sees a GPU)")
-    fusion_weights_json: str = Field('{"dense": 1.0, "lexical": 1.0}', validation_alias="CTX_FUSION_WEIGHTS",
+    fusion_weights_json: str = Field(FusionWeights().model_dump_json(exclude={"candidates"}),
+                                     validation_alias="CTX_FUSION_WEIGHTS",
                                      description='a JSON object of list weights, e.g. {"dense": 0.5, "lexical": 1.0}')
     rerank_base_url: str = Field("", description="an OpenAI-compatible base URL serving POST /v1/rerank (vLLM)")
     rerank_model: str = Field("", description="the reranker model name at CTX_RERANK_BASE_URL")
@@ -117,8 +121,6 @@ class PlatformSettings(BaseSettings):
     @field_validator("fusion_weights_json")
     @classmethod
     def _fusion_weights(cls, value: str) -> str:
-        from contextual_assets.fusion import FusionWeights
-
         try:
             FusionWeights.model_validate_json(value or "{}")
         except ValidationError as exc:

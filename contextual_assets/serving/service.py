@@ -181,7 +181,8 @@ def service_from_settings(settings: PlatformSettings, *, vectors_in_memory: bool
         return current_index_version(resources["headers"], resources["embedder"], resources["parsing"])
 
     store = open_store(settings.database_url or None, settings.duckdb_path, pool_size=8)
-    embedders = EmbedderCatalog(settings.embed_base_url, settings.embed_model, "", settings.embed_api_key_env,
+    embedders = EmbedderCatalog(settings.embed_base_url, settings.embed_model, settings.embed_model_dir,
+                                settings.embed_api_key_env,
                                 device=settings.embed_device, threads=1)
     reranker = configured_reranker(settings.rerank_base_url, settings.rerank_model, settings.rerank_model_dir,
                                    settings.rerank_api_key_env, settings.embed_device)

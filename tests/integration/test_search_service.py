@@ -265,8 +265,8 @@ def test_evaluation_with_rerank_and_weights_is_another_evaluator(filled, embedde
     plain = evaluate(filled, embedder, gold, "iv-one", modes=("hybrid",))
     weighted = evaluate(filled, embedder, gold, "iv-one", modes=("hybrid",),
                         weights=FusionWeights(dense=0.5, lexical=1.0))
-    assert "fusion_weights" not in plain.evaluator and weighted.evaluator["fusion_weights"] == {"dense": 0.5,
-                                                                                                "lexical": 1.0}
+    assert weighted.evaluator["fusion_weights"] == {"dense": 0.5, "lexical": 1.0}
+    assert plain.evaluator["fusion_weights"] != weighted.evaluator["fusion_weights"]
     with FleetSimulator(1, time_scale=0.01) as fleet:
         model = httpx.get(f"{fleet.base_urls[0]}/models").json()["data"][0]["id"]
         reranked = evaluate(filled, embedder, gold, "iv-one", modes=("hybrid",),
