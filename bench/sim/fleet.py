@@ -920,14 +920,18 @@ class Replica:
 
     # ---- scoring (cross-encoder endpoints)
 
+    async def _scoring_body(self, request):
+        """(JSON body, None), or (None, the error answer) for a bad body or another model's name."""
+        body, err = await self._read_json(request)
+        if err is None:
+            err = self._model_error(body)
+        return (None, err) if err is not None else (body, None)
+
     async def _rerank(self, request):
         """POST /v1/rerank and /rerank: documents by relevance to the query, best first, top_n of them."""
         from starlette.responses import JSONResponse
 
-        body, err = await self._read_json(request)
-        if err is not None:
-            return err
-        err = self._model_error(body)
+        body, err = await self._scoring_body(request)
         if err is not None:
             return err
         query, documents, top_n = body.get("query"), body.get("documents"), body.get("top_n")
@@ -956,10 +960,7 @@ class Replica:
         """POST /v1/score and /score: one score per (text_1, text_2) pair, 1:N or N:N, in input order."""
         from starlette.responses import JSONResponse
 
-        body, err = await self._read_json(request)
-        if err is not None:
-            return err
-        err = self._model_error(body)
+        body, err = await self._scoring_body(request)
         if err is not None:
             return err
         sides = []
