@@ -187,45 +187,6 @@ class EmbedderCatalog:
             "(CTX_EMBED_BASE_URL / CTX_EMBED_MODEL) or evaluate another version")
 
 
-class QueryBatcher:
-    """Concurrent single queries embedded together: a worker thread takes every query waiting (up to
-    `max_batch`) into one forward pass. On the dev machine one MiniLM query costs ~17 ms and eight
-    together ~35 ms, so a service under concurrent load answers several times more queries."""
-
-    def __init__(self, embedder: Embedder, max_batch: int = 32):
-        import queue
-
-        self.embedder, self.max_batch = embedder, max_batch
-        self._queue: queue.Queue = queue.Queue()
-        threading.Thread(target=self._work, daemon=True, name=f"query-batcher-{embedder.identity}").start()
-
-    def embed_one(self, text: str) -> list[float]:
-        from concurrent.futures import Future
-
-        future: Future = Future()
-        self._queue.put((text, future))
-        return future.result()
-
-    def _work(self) -> None:
-        import queue
-
-        while True:
-            batch = [self._queue.get()]
-            while len(batch) < self.max_batch:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            try:
-                vectors = self.embedder.embed([text for text, _ in batch])
-            except Exception as exc:  # noqa: BLE001 - every waiting caller gets the error, the worker lives on
-                for _, future in batch:
-                    future.set_exception(exc)
-                continue
-            for (_, future), vector in zip(batch, vectors):
-                future.set_result(vector)
-
-
 def embed_chunks(chunks: list[HeaderedChunk], embedder: Embedder) -> list[EmbeddedChunk]:
     """Header + chunk of each chunk embedded in one call (the pipeline batches across documents itself)."""
     vectors = embedder.embed([embedding_text(c.header, c.text) for c in chunks])

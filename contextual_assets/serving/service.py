@@ -8,7 +8,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from contextual_assets.embedding import EmbedderCatalog, QueryBatcher
+from contextual_assets.batching import MicroBatcher
+from contextual_assets.embedding import EmbedderCatalog
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fusion import FusionWeights
 from contextual_assets.models import SearchHit
@@ -42,7 +43,7 @@ class SearchService:
         self._fallback = fallback_version
         self._alias_seen: tuple[float, str | None] = (float("-inf"), None)
         self._records: dict[str, dict] = {}
-        self._batchers: dict[str, QueryBatcher] = {}
+        self._batchers: dict[str, MicroBatcher[str, list[float]]] = {}
         self._lock = threading.Lock()
         embedding_matrix = getattr(store, "embedding_matrix", None)
         self.vectors = (VersionVectors(embedding_matrix, store.revision)
@@ -92,8 +93,9 @@ class SearchService:
             except ConfigurationError as exc:
                 raise SearchError(409, str(exc)) from None
             with self._lock:
-                batcher = self._batchers.setdefault(identity, QueryBatcher(embedder))
-        return batcher.embed_one(query)
+                # Concurrent queries embedded in one forward pass (see batching.py).
+                batcher = self._batchers.setdefault(identity, MicroBatcher(embedder.embed, name=f"embed-{identity}"))
+        return batcher.submit(query)
 
     # ---- search ------------------------------------------------------------------------------
     def search(self, request: SearchRequest) -> SearchResponse:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contextual_assets.store.lexical import dense_top_k
+from contextual_assets.batching import MicroBatcher
 
 
 @dataclass
@@ -22,6 +22,28 @@ class _Loaded:
     revision: tuple
     keys: list[tuple[str, int]]
     matrix: np.ndarray
+    batcher: MicroBatcher | None = None
+
+    def top(self, vector: Sequence[float], n: int) -> list[tuple[str, int, float]]:
+        if self.batcher is None:
+            # Concurrent queries share one read of the matrix: a matrix product (see batching.py).
+            self.batcher = MicroBatcher(self._batch_top, name="dense-top")
+        return self.batcher.submit((np.asarray(vector, dtype=np.float32), n))
+
+    def _batch_top(self, items: list[tuple[np.ndarray, int]]) -> list[list[tuple[str, int, float]]]:
+        queries = np.stack([v / (np.linalg.norm(v) or 1.0) for v, _ in items])
+        scores = self.matrix @ queries.T
+        out = []
+        for column, (_, n) in enumerate(items):
+            column_scores = scores[:, column]
+            k = min(n, len(column_scores))
+            if k <= 0:
+                out.append([])
+                continue
+            top = np.argpartition(-column_scores, k - 1)[:k]
+            top = top[np.argsort(-column_scores[top], kind="stable")]
+            out.append([(*self.keys[i], float(column_scores[i])) for i in top])
+        return out
 
 
 class VersionVectors:
@@ -60,8 +82,7 @@ class VersionVectors:
             return None
         if loaded.matrix.shape[0] and loaded.matrix.shape[1] != len(vector):
             return None  # let the store raise its dimension-mismatch error
-        top = dense_top_k(loaded.matrix, np.asarray(vector, dtype=np.float32), n)
-        return [(*loaded.keys[i], score) for i, score in top]
+        return loaded.top(vector, n)
 
     def _reload(self, version: str, revision: tuple) -> None:
         try:

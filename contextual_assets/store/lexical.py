@@ -1,5 +1,5 @@
-"""Lexical scoring: identifier-aware tokens, BM25 (Lucene variant, as bm25s computes it), exact
-cosine top-k. Pure functions; the persistent index that uses them lives in lexical_index.py.
+"""Lexical scoring: identifier-aware tokens and BM25's parameters (Lucene variant, as bm25s computes
+it). Pure functions; the persistent index that uses them lives in lexical_index.py.
 
 Code identifiers are indexed whole and split (`DiffExecutor` -> diffexecutor, diff, executor), so
 queries in prose find code chunks.
@@ -11,7 +11,6 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-import numpy as np
 
 _WORD = re.compile(r"[^\W_]+(?:_[^\W_]+)*|\d+", re.UNICODE)
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
@@ -47,16 +46,3 @@ def term_counts(text: str) -> tuple[Counter[str], int]:
     chunk: one placeholder token)."""
     tokens = tokenize(text)
     return Counter(tokens), max(1, len(tokens))
-
-
-def dense_top_k(matrix: np.ndarray, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
-    """Exact cosine top-k over L2-normalised rows."""
-    if matrix.shape[0] == 0 or k <= 0:
-        return []
-    query = vector / (np.linalg.norm(vector) or 1.0)
-    scores = matrix @ query
-    k = min(k, len(scores))
-    top = np.argpartition(-scores, k - 1)[:k]
-    top = top[np.argsort(-scores[top], kind="stable")]
-    return [(int(i), float(scores[i])) for i in top]
-

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from contextual_assets.embedding import Embedder, QueryBatcher, torch_device
+from contextual_assets.batching import MicroBatcher
+from contextual_assets.embedding import Embedder, torch_device
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fusion import FusionWeights, reciprocal_rank_fusion
 
@@ -53,16 +54,40 @@ class _Recording(Embedder):
 
 def test_concurrent_queries_are_embedded_together_and_each_gets_its_own_vector():
     embedder = _Recording()
-    batcher = QueryBatcher(embedder)
+    batcher = MicroBatcher(embedder.embed)
     results: dict[str, list[float]] = {}
-    threads = [threading.Thread(target=lambda q=q: results.__setitem__(q, batcher.embed_one(q)))
+    threads = [threading.Thread(target=lambda q=q: results.__setitem__(q, batcher.submit(q)))
                for q in ("a", "bb", "ccc", "dddd", "eeeee")]
     for t in threads:
         t.start()
-    while embedder.entered + batcher._queue.qsize() < 5:  # the first batch held, the rest waiting
+    while embedder.entered + batcher.waiting() < 5:  # the first batch held, the rest waiting
         threading.Event().wait(0.01)
     embedder.gate.set()
     for t in threads:
         t.join(10)
     assert {q: v[0] for q, v in results.items()} == {"a": 1.0, "bb": 2.0, "ccc": 3.0, "dddd": 4.0, "eeeee": 5.0}
     assert sum(embedder.calls) == 5 and len(embedder.calls) < 5
+
+
+def test_in_memory_vectors_answer_exactly_and_only_when_current():
+    import time
+
+    import numpy as np
+
+    from contextual_assets.serving.vectors import VersionVectors
+
+    rng = np.random.default_rng(3)
+    matrix = rng.standard_normal((500, 16)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    keys = [(f"doc{i // 50}", i % 50) for i in range(500)]
+    revision = {"iv": ("r1",)}
+    vectors = VersionVectors(lambda v: (keys, matrix), lambda v: revision[v], check_every_s=0.0)
+    query = rng.standard_normal(16).astype(np.float32)
+    assert vectors.top("iv", query.tolist(), 5) is None  # not loaded yet: the caller searches in SQL
+    deadline = time.monotonic() + 5
+    while (found := vectors.top("iv", query.tolist(), 5)) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    exact = np.argsort(-(matrix @ (query / np.linalg.norm(query))))[:5]
+    assert [(d, o) for d, o, _ in found] == [keys[i] for i in exact]
+    revision["iv"] = ("r2",)  # the version changed: stale vectors are never used
+    assert vectors.top("iv", query.tolist(), 5) is None
