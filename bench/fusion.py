@@ -98,6 +98,13 @@ def sweep(store, embedder, gold, version: str, reranker=None, rerank_candidates:
     result = {"version": version, "queries": len(tasks), "candidates": CANDIDATES, "rows": rows,
               "chosen": {"dense": best["dense"], "lexical": 1.0, "constant": best["constant"]},
               "rule": "largest worst-k margin of Pass@5/10/20 over the best single list, then mean Pass@k"}
+    # How deep each list must be for the chosen weights to rank as they do with every candidate.
+    chosen = FusionWeights(**result["chosen"])
+    result["candidates_sweep"] = []
+    for depth in (20, 30, 40, 50, CANDIDATES):
+        weights = chosen.model_copy(update={"candidates": depth})
+        ranked = [ranking(i, store.fuse(d[:depth], lx[:depth], max(KS), weights)) for i, (d, lx) in enumerate(lists)]
+        result["candidates_sweep"].append({"candidates": depth, **_metrics(ranked, n_gold)})
     # How well does choosing this way carry to queries it never saw? Repeated 2-fold cross-validation
     # on the same gold set: choose on one half, measure on the other.
     rng = random.Random(0)
@@ -144,6 +151,9 @@ def print_table(result: dict) -> None:
         print(f"{r['mode']:8s} {w:>7s} {c:>3s} {r['pass_at_5']:7.1f} {r['pass_at_10']:8.1f} {r['pass_at_20']:8.1f} "
               f"{r['mrr']:6.1f}")
     print(f"chosen: {result['chosen']} ({result['rule']})")
+    print("\ncandidates per list for the chosen weights:")
+    for row in result["candidates_sweep"]:
+        print(f"  {row['candidates']:4d} {row['pass_at_5']:7.1f} {row['pass_at_10']:8.1f} {row['pass_at_20']:8.1f}")
     cv = result["cross_validation"]
     print(f"\n{cv['repeats']}x{cv['folds']}-fold cross-validation (choose on one half, measure on the other):")
     for name in ("lexical", "equal_weights", "chosen_on_other_half"):
