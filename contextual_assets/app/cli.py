@@ -10,6 +10,8 @@ import os
 import sys
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# Search answers that mean the request or the settings must change (exit 2), not that nothing was found.
+_USAGE_STATUSES = (400, 401, 403, 413, 422)
 
 
 def _settings():
@@ -123,7 +125,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             response = client.search(request)
         except SearchServiceError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE if exc.status in (None, 401, 403) else EXIT_FAILED
+            return EXIT_USAGE if exc.status is None or exc.status in _USAGE_STATUSES else EXIT_FAILED
     else:
         from contextual_assets.serving.service import SearchError, service_from_settings
 
@@ -132,7 +134,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             response = service.search(request)
         except SearchError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return EXIT_FAILED
+            return EXIT_USAGE if exc.status in _USAGE_STATUSES else EXIT_FAILED
         finally:
             service.store.close()
     hits = response.hits
