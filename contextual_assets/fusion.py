@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 
 class FusionWeights(BaseModel):
@@ -22,6 +22,12 @@ class FusionWeights(BaseModel):
     candidates: int = Field(40, ge=1, description="hits taken from each list before fusion")
 
     model_config = {"extra": "forbid"}
+
+    @model_validator(mode="after")
+    def _one_list_at_least(self) -> "FusionWeights":
+        if self.dense <= 0 and self.lexical <= 0:
+            raise ValueError("dense and lexical are both 0: hybrid search would return nothing")
+        return self
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int, constant: int = 60,

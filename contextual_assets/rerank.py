@@ -7,6 +7,7 @@ directory. The reranker reads what the embedder read: the chunk's header and its
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -68,13 +69,14 @@ class HTTPReranker(Reranker):
         if response.status_code != 200:
             raise RerankError(f"reranker at {url} answered {response.status_code}: {response.text[:200]}")
         try:
-            results = response.json()["results"]
-            scores = [float("-inf")] * len(texts)
-            for item in results:
-                scores[int(item["index"])] = float(item["relevance_score"])
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            scores: dict[int, float] = {int(item["index"]): float(item["relevance_score"])
+                                        for item in response.json()["results"]}
+        except (ValueError, KeyError, TypeError) as exc:
             raise RerankError(f"reranker at {url} answered an unexpected body ({type(exc).__name__})") from None
-        return scores
+        if sorted(scores) != list(range(len(texts))) or not all(math.isfinite(v) for v in scores.values()):
+            raise RerankError(f"reranker at {url} scored {len(scores)} of {len(texts)} documents (or gave a "
+                              "non-finite score)")
+        return [scores[i] for i in range(len(texts))]
 
 
 class CrossEncoderReranker(Reranker):

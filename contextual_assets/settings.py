@@ -128,6 +128,13 @@ class PlatformSettings(BaseSettings):
             raise ValueError(f"{'.'.join(map(str, first['loc'])) or 'value'}: {first['msg']}") from None
         return value or "{}"
 
+    @field_validator("search_url")
+    @classmethod
+    def _search_url(cls, value: str) -> str:
+        if value and not value.lower().startswith(("http://", "https://")):
+            raise ValueError("expected an http:// or https:// URL")
+        return value
+
     @field_validator("gate_floors_json")
     @classmethod
     def _floors(cls, value: str) -> str:

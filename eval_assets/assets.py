@@ -81,14 +81,20 @@ def retrieval_eval(
     chunk_store = store.open()
     if chunk_store.count_chunks(candidate) == 0:
         raise dg.Failure(description=f"index version {candidate} holds no chunks; ingest documents first")
-    report = evaluate(chunk_store, version_embedder(chunk_store, embedder, candidate, "candidate"), gold, candidate,
-                      **search)
+    try:
+        report = evaluate(chunk_store, version_embedder(chunk_store, embedder, candidate, "candidate"), gold,
+                          candidate, **search)
+    except ContextualError as exc:  # e.g. the reranker is down: one line, not a traceback
+        raise dg.Failure(description=f"cannot evaluate the candidate {candidate}: {exc}") from None
     production_version = chunk_store.get_alias(gate.alias)
     baseline = None
     if production_version and production_version != candidate and chunk_store.count_chunks(production_version):
         # Production scored with its own embedder against its own vectors, on the same gold.
-        baseline = evaluate(chunk_store, version_embedder(chunk_store, embedder, production_version, "production"),
-                            gold, production_version, **search)
+        try:
+            baseline = evaluate(chunk_store, version_embedder(chunk_store, embedder, production_version,
+                                                              "production"), gold, production_version, **search)
+        except ContextualError as exc:
+            raise dg.Failure(description=f"cannot evaluate production {production_version}: {exc}") from None
         save_report(chunk_store, baseline)
     coverage = coverage_of(chunk_store, candidate, live_documents(chunk_store, production_version))
     short = coverage.share < gate.min_coverage or (gate.min_coverage >= 1.0 and not coverage.complete)

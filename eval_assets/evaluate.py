@@ -112,7 +112,7 @@ def evaluate(store: ChunkStore, embedder: Embedder, gold: GoldSet, index_version
                 depth = max(DEPTH, rerank_candidates) if reranker is not None else DEPTH
                 hits = store.search_hybrid(task.query, vector, index_version, depth, weights=weights)
                 if reranker is not None:
-                    hits = reranker.rerank(task.query, hits[:rerank_candidates], DEPTH)
+                    hits = reranker.rerank(task.query, hits[:depth], DEPTH)
                 hybrid_hits[task.id] = hits
             ranking = [task.satisfied_by(h.text) for h in hits]
             n_gold = len(task.evidence)

@@ -120,8 +120,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         # A running service: this process imports neither torch nor Dagster.
         from contextual_assets.serving.client import SearchClient, SearchServiceError
 
-        client = SearchClient(settings.search_url, os.environ.get(settings.search_token_env) or None)
         try:
+            client = SearchClient(settings.search_url, os.environ.get(settings.search_token_env) or None)
             response = client.search(request)
         except SearchServiceError as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -272,6 +272,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return EXIT_OK if gate is not None and gate.passed else EXIT_FAILED
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1 to 65535)")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctx", description="Contextual-retrieval ingestion platform")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -296,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.set_defaults(func=cmd_search)
     serve = sub.add_parser("serve", help="serve search over HTTP (POST /search, GET /versions, GET /healthz)")
     serve.add_argument("--host", default="", help="address to bind (default: CTX_SERVE_HOST, 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=0, help="port (default: CTX_SERVE_PORT, 8765)")
+    serve.add_argument("--port", type=_port, default=0, help="port (default: CTX_SERVE_PORT, 8765)")
     serve.set_defaults(func=cmd_serve)
     rollback = sub.add_parser("rollback", help="point the production alias back at its previous version")
     rollback.add_argument("--alias", default="production", help="the alias to move back (default: production)")

@@ -65,7 +65,7 @@ def create_app(service: SearchService, token: str | None = None, max_request_byt
                                    "(CTX_SERVE_MAX_REQUEST_BYTES)")
         try:
             payload = json.loads(body or b"null")
-        except ValueError:
+        except (ValueError, RecursionError):
             return _error(400, "request body is not JSON; send {\"query\": \"...\", \"k\": 10}")
         if not isinstance(payload, dict):
             return _error(400, "request body must be a JSON object like {\"query\": \"...\", \"k\": 10}")

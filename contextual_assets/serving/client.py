@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+from pydantic import ValidationError
 
 from contextual_assets.errors import ContextualError
 
@@ -20,13 +21,18 @@ class SearchServiceError(ContextualError):
 class SearchClient:
     def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 30.0):
         self.base_url = base_url.rstrip("/")
+        if token is not None and not token.isascii():
+            raise SearchServiceError("the search token (CTX_SEARCH_TOKEN) must be ASCII")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+        try:
+            self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+        except httpx.InvalidURL as exc:
+            raise SearchServiceError(f"CTX_SEARCH_URL={base_url!r} is not a valid URL ({exc})") from None
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
         try:
             response = self._client.request(method, path, json=body)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise SearchServiceError(f"search service at {self.base_url} unreachable ({type(exc).__name__}); "
                                      "start it with `ctx serve` or unset CTX_SEARCH_URL") from None
         if response.status_code != 200:
@@ -36,13 +42,24 @@ class SearchClient:
                 detail = response.text
             raise SearchServiceError(f"search service at {self.base_url} answered {response.status_code}: "
                                      f"{str(detail)[:300]}", status=response.status_code)
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:
+            raise SearchServiceError(f"{self.base_url} answered 200 with a body that is not JSON: is CTX_SEARCH_URL "
+                                     "a `ctx serve`?") from None
+
+    def _parsed(self, model, body: dict):
+        try:
+            return model.model_validate(body)
+        except ValidationError as exc:
+            raise SearchServiceError(f"{self.base_url} answered a body this client cannot read ({exc.error_count()} "
+                                     "problems): are the service and the client the same version?") from None
 
     def search(self, request: SearchRequest) -> SearchResponse:
-        return SearchResponse.model_validate(self._call("POST", "/search", request.model_dump(exclude_none=True)))
+        return self._parsed(SearchResponse, self._call("POST", "/search", request.model_dump(exclude_none=True)))
 
     def versions(self) -> VersionsResponse:
-        return VersionsResponse.model_validate(self._call("GET", "/versions"))
+        return self._parsed(VersionsResponse, self._call("GET", "/versions"))
 
     def health(self) -> dict:
         return self._call("GET", "/healthz")

@@ -17,37 +17,37 @@ import numpy as np
 from contextual_assets.batching import MicroBatcher
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Loaded:
     revision: tuple
     keys: list[tuple[str, int]]
     matrix: np.ndarray
-    batcher: MicroBatcher | None = None
 
-    def top(self, vector: Sequence[float], n: int) -> list[tuple[str, int, float]]:
-        if self.batcher is None:
-            # Concurrent queries share one read of the matrix: a matrix product (see batching.py).
-            self.batcher = MicroBatcher(self._batch_top, name="dense-top")
-        return self.batcher.submit((np.asarray(vector, dtype=np.float32), n))
 
-    def _batch_top(self, items: list[tuple[np.ndarray, int]]) -> list[list[tuple[str, int, float]]]:
-        queries = np.stack([v / (np.linalg.norm(v) or 1.0) for v, _ in items])
-        scores = self.matrix @ queries.T
-        out = []
-        for column, (_, n) in enumerate(items):
+def _batch_top(items: list[tuple[_Loaded, np.ndarray, int]]) -> list[list[tuple[str, int, float]]]:
+    """Top n of each query; queries against the same matrix share one matrix product."""
+    out: list[list[tuple[str, int, float]]] = [[] for _ in items]
+    by_matrix: dict[int, list[int]] = {}
+    for position, (loaded, _, _) in enumerate(items):
+        by_matrix.setdefault(id(loaded), []).append(position)
+    for positions in by_matrix.values():
+        loaded = items[positions[0]][0]
+        queries = np.stack([items[p][1] / (np.linalg.norm(items[p][1]) or 1.0) for p in positions])
+        scores = loaded.matrix @ queries.T
+        for column, position in enumerate(positions):
             column_scores = scores[:, column]
-            k = min(n, len(column_scores))
+            k = min(items[position][2], len(column_scores))
             if k <= 0:
-                out.append([])
                 continue
             top = np.argpartition(-column_scores, k - 1)[:k]
             top = top[np.argsort(-column_scores[top], kind="stable")]
-            out.append([(*self.keys[i], float(column_scores[i])) for i in top])
-        return out
+            out[position] = [(*loaded.keys[i], float(column_scores[i])) for i in top]
+    return out
 
 
 class VersionVectors:
-    """Matrices per index version, keyed by the store's revision of that version."""
+    """Matrices per index version, keyed by the store's revision of that version; a replaced matrix is
+    dropped (the one batcher holds none between batches)."""
 
     def __init__(self, load: Callable[[str], tuple[list[tuple[str, int]], np.ndarray]],
                  revision: Callable[[str], tuple], check_every_s: float = 1.0):
@@ -56,6 +56,8 @@ class VersionVectors:
         self._checked: dict[str, tuple[float, tuple]] = {}
         self._loading: set[str] = set()
         self._lock = threading.Lock()
+        # Concurrent queries share one read of the matrix: a matrix product (see batching.py).
+        self._batcher: MicroBatcher = MicroBatcher(_batch_top, name="dense-top")
 
     def _current_revision(self, version: str) -> tuple:
         now = time.monotonic()
@@ -82,13 +84,13 @@ class VersionVectors:
             return None
         if loaded.matrix.shape[0] and loaded.matrix.shape[1] != len(vector):
             return None  # let the store raise its dimension-mismatch error
-        return loaded.top(vector, n)
+        return self._batcher.submit((loaded, np.asarray(vector, dtype=np.float32), n))
 
     def _reload(self, version: str, revision: tuple) -> None:
         try:
             keys, matrix = self._load(version)
             with self._lock:
-                self._loaded[version] = _Loaded(revision, keys, matrix)
+                self._loaded[version] = _Loaded(revision, keys, matrix)  # the old matrix is freed
         finally:
             with self._lock:
                 self._loading.discard(version)

@@ -195,9 +195,12 @@ class DuckDBChunkStore(ChunkStore):
         """Exact cosine similarity computed in SQL: the vectors never leave DuckDB, only the top n keys do."""
         dim = len(vector)
         with self._read_connection() as con:
+            # A zero vector has no direction: its similarity is NaN, which DuckDB would sort first.
             rows = con.execute(
-                "SELECT doc_id, ordinal, list_cosine_similarity(embedding, ?::FLOAT[]) AS score FROM ctx_chunks "
-                "WHERE index_version = ? AND embedding_dim = ? ORDER BY score DESC, doc_id, ordinal LIMIT ?",
+                "SELECT doc_id, ordinal, score FROM (SELECT doc_id, ordinal, "
+                "list_cosine_similarity(embedding, ?::FLOAT[]) AS score FROM ctx_chunks "
+                "WHERE index_version = ? AND embedding_dim = ?) WHERE NOT isnan(score) "
+                "ORDER BY score DESC, doc_id, ordinal LIMIT ?",
                 [[float(x) for x in vector], index_version, dim, int(n)]).fetchall()
             if not rows:
                 other = con.execute("SELECT min(embedding_dim) FROM ctx_chunks WHERE index_version = ?",

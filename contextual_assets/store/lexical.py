@@ -11,7 +11,6 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-
 _WORD = re.compile(r"[^\W_]+(?:_[^\W_]+)*|\d+", re.UNICODE)
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _STOPWORDS = frozenset(

@@ -9,6 +9,7 @@ corpus. Scores are BM25 exactly as bm25s computes them (Lucene idf, k1 1.5, b 0.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,15 +93,18 @@ class LexicalIndexTable(StorePrimitives):
 
     def _ensure_indexed_once(self, index_version: str) -> None:
         """Documents without postings exist only from before the lexical index (new commits always write
-        them), so each store object checks a version once."""
+        them), so each store object checks a version once; concurrent requests wait for one indexer."""
         ready: set[str] = self.__dict__.setdefault("_lexical_ready", set())
         if index_version in ready:
             return
-        pending = self._query("SELECT count(*) FROM ctx_documents WHERE index_version = ? AND lexical_tokens IS NULL",
-                              (index_version,))[0][0]
-        if pending:
-            self.ensure_lexical_index(index_version)
-        ready.add(index_version)
+        with self.__dict__.setdefault("_lexical_lock", threading.Lock()):
+            if index_version in ready:
+                return
+            pending = self._query("SELECT count(*) FROM ctx_documents WHERE index_version = ? AND "
+                                  "lexical_tokens IS NULL", (index_version,))[0][0]
+            if pending:
+                self.ensure_lexical_index(index_version)
+            ready.add(index_version)
 
     def lexical_top(self, query: str, index_version: str, n: int) -> list[tuple[str, int, float]]:
         """(doc_id, ordinal, BM25 score) of the n best chunks with a score above 0, in one statement:
@@ -112,9 +116,10 @@ class LexicalIndexTable(StorePrimitives):
         self._ensure_indexed_once(index_version)
         values = ", ".join("(CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION))" for _ in counts)
         rows = self._query(
+            # Over indexed documents only: another process may be indexing pre-migration ones right now.
             "WITH stats AS (SELECT CAST(sum(n_chunks) AS DOUBLE PRECISION) AS n, "
             "      CAST(sum(lexical_tokens) AS DOUBLE PRECISION) / greatest(sum(n_chunks), 1) AS avgdl "
-            "    FROM ctx_documents WHERE index_version = ?), "
+            "    FROM ctx_documents WHERE index_version = ? AND lexical_tokens IS NOT NULL), "
             f" q (term, times) AS (VALUES {values}), "
             " matched AS MATERIALIZED (SELECT p.doc_id, p.term, p.chunk_count, p.ordinals, p.tfs, p.lengths "
             "    FROM ctx_lexical_postings p JOIN q ON p.term = q.term WHERE p.index_version = ?), "

@@ -5,6 +5,7 @@ different embedders live side by side."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -164,7 +165,8 @@ class PostgresChunkStore(ChunkStore):
                 f"query vector has {dim} dimensions but index version {index_version} holds no {dim}-dimensional "
                 "embeddings (embedder mismatch)"
             )
-        return [(str(d), int(o), float(s)) for d, o, s in rows]
+        # A zero vector has no direction: pgvector's cosine distance to it is NaN.
+        return [(str(d), int(o), float(s)) for d, o, s in rows if s is not None and not math.isnan(s)]
 
     def _insert_postings(self, cur: Any, index_version: str, doc_id: str, postings: list) -> None:
         with cur.copy("COPY ctx_lexical_postings (index_version, term, doc_id, chunk_count, ordinals, tfs, lengths) "

@@ -171,6 +171,8 @@ def test_refusals_are_clear_4xx(filled, store_location, embedders):
         assert unknown.status_code == 422 and "colour" in unknown.json()["error"]
         not_json = httpx.post(f"{base}/search", content=b"{query", headers=auth)
         assert not_json.status_code == 400 and "not JSON" in not_json.json()["error"]
+        nested = httpx.post(f"{base}/search", content=b"[" * 500 + b"]" * 500, headers=auth)
+        assert nested.status_code == 400
         missing = httpx.post(f"{base}/search", json={**query, "version": "iv-nope"}, headers=auth)
         assert missing.status_code == 404 and "iv-nope" in missing.json()["error"]
         no_reranker = httpx.post(f"{base}/search", json={**query, "rerank": True}, headers=auth)

@@ -272,3 +272,11 @@ def test_postgres_hnsw_ef_search(pg_url):
         assert store.search_dense(unit(1), "iv-a", 1)[0].text == "beta"
     finally:
         store.close()
+
+
+def test_a_zero_vector_is_never_a_dense_hit(store):
+    chunks = put(store, "z.txt", ["no direction", "some direction"])
+    zero = chunks[0].model_copy(update={"embedding": [0.0] * DIM})
+    store.replace_document(record("z.txt", "iv-a", 2), [zero, chunks[1]])
+    hits = store.search_dense(unit(1), "iv-a", 5)
+    assert [h.text for h in hits] == ["some direction"]

@@ -91,3 +91,23 @@ def test_in_memory_vectors_answer_exactly_and_only_when_current():
     assert [(d, o) for d, o, _ in found] == [keys[i] for i in exact]
     revision["iv"] = ("r2",)  # the version changed: stale vectors are never used
     assert vectors.top("iv", query.tolist(), 5) is None
+
+
+def test_search_settings_name_the_variable(monkeypatch):
+    from contextual_assets.settings import PlatformSettings
+
+    monkeypatch.setenv("CTX_SEARCH_URL", "localhost:8765")
+    with pytest.raises(ConfigurationError, match="CTX_SEARCH_URL='localhost:8765' is not valid"):
+        PlatformSettings()
+    with pytest.raises(ValueError, match="both 0"):
+        FusionWeights(dense=0, lexical=0)
+
+
+def test_deeply_nested_json_is_a_400_not_a_500():
+    from starlette.testclient import TestClient
+
+    from contextual_assets.serving.app import create_app
+
+    client = TestClient(create_app(service=None, max_request_bytes=100_000))  # refused before the service
+    answer = client.post("/search", content=b"[" * 50_000 + b"]" * 50_000)
+    assert answer.status_code == 400 and "not JSON" in answer.json()["error"]
