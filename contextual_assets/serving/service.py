@@ -22,6 +22,7 @@ from .api import Hit, SearchRequest, SearchResponse, VersionInfo, VersionsRespon
 from .vectors import VersionVectors
 
 PRODUCTION = "production"
+FALLBACK_REFRESH_S = 30.0
 
 
 class SearchError(Exception):
@@ -43,6 +44,7 @@ class SearchService:
         self.alias, self.alias_refresh_s = alias, alias_refresh_s
         self._fallback = fallback_version
         self._alias_seen: tuple[float, str | None] = (float("-inf"), None)
+        self._fallback_seen: tuple[float, str | None] = (float("-inf"), None)
         self._records: dict[str, dict] = {}
         self._batchers: dict[str, MicroBatcher[str, list[float]]] = {}
         self._lock = threading.Lock()
@@ -64,8 +66,23 @@ class SearchService:
             self._alias_seen = (now, version)
         return version
 
+    def _fallback_version(self) -> str | None:
+        """The version the current settings build, recomputed at most every FALLBACK_REFRESH_S: computing
+        it loads the Dagster resources and may ask the fleet which model it serves."""
+        if self._fallback is None:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            seen_at, version = self._fallback_seen
+            if now - seen_at < FALLBACK_REFRESH_S:
+                return version
+        version = self._fallback()
+        with self._lock:
+            self._fallback_seen = (now, version)
+        return version
+
     def default_version(self) -> str | None:
-        return self.production() or (self._fallback() if self._fallback else None)
+        return self.production() or self._fallback_version()
 
     def _record(self, version: str) -> dict:
         """The version's fingerprint and recipe; a 404 when it is unknown or holds no chunks."""
@@ -112,7 +129,7 @@ class SearchService:
         if not version:
             version = self.production()
             alias = self.alias if version else None
-            version = version or (self._fallback() if self._fallback else None)
+            version = version or self._fallback_version()
             if not version:
                 raise SearchError(404, f"no index version is promoted ('{self.alias}' is not set) and none is "
                                        "configured; ingest and `ctx eval`, or pass a version")

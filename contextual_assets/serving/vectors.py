@@ -50,9 +50,11 @@ class VersionVectors:
     dropped (the one batcher holds none between batches)."""
 
     def __init__(self, load: Callable[[str], tuple[list[tuple[str, int]], np.ndarray]],
-                 revision: Callable[[str], tuple], check_every_s: float = 1.0):
+                 revision: Callable[[str], tuple], check_every_s: float = 1.0, max_versions: int = 3):
         self._load, self._revision, self._check_every_s = load, revision, check_every_s
+        self.max_versions = max_versions  # versions held in memory; the least recently searched is dropped
         self._loaded: dict[str, _Loaded] = {}
+        self._used: dict[str, float] = {}
         self._checked: dict[str, tuple[float, tuple]] = {}
         self._loading: set[str] = set()
         self._lock = threading.Lock()
@@ -74,6 +76,7 @@ class VersionVectors:
         """(doc_id, ordinal, cosine) of the n nearest, or None while this version's matrix is loading."""
         revision = self._current_revision(version)
         with self._lock:
+            self._used[version] = time.monotonic()
             loaded = self._loaded.get(version)
             fresh = loaded is not None and loaded.revision == revision
             if not fresh and version not in self._loading:
@@ -91,6 +94,9 @@ class VersionVectors:
             keys, matrix = self._load(version)
             with self._lock:
                 self._loaded[version] = _Loaded(revision, keys, matrix)  # the old matrix is freed
+                while len(self._loaded) > self.max_versions:
+                    oldest = min((v for v in self._loaded if v != version), key=lambda v: self._used.get(v, 0.0))
+                    del self._loaded[oldest]
         finally:
             with self._lock:
                 self._loading.discard(version)

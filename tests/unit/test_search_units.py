@@ -111,3 +111,20 @@ def test_deeply_nested_json_is_a_400_not_a_500():
     client = TestClient(create_app(service=None, max_request_bytes=100_000))  # refused before the service
     answer = client.post("/search", content=b"[" * 50_000 + b"]" * 50_000)
     assert answer.status_code == 400 and "not JSON" in answer.json()["error"]
+
+
+def test_in_memory_vectors_keep_the_most_recently_searched_versions_only():
+    import time
+
+    import numpy as np
+
+    from contextual_assets.serving.vectors import VersionVectors
+
+    matrix = np.eye(4, dtype=np.float32)
+    vectors = VersionVectors(lambda v: ([(v, i) for i in range(4)], matrix), lambda v: ("r",), check_every_s=60,
+                             max_versions=2)
+    for version in ("a", "b", "c"):
+        deadline = time.monotonic() + 5
+        while vectors.top(version, [1.0, 0, 0, 0], 1) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert sorted(vectors._loaded) == ["b", "c"]
