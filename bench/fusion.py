@@ -54,7 +54,7 @@ def _choose(rows: list[dict]) -> dict:
 def sweep(store, embedder, gold, version: str, reranker=None, rerank_candidates: int = 50) -> dict:
     import random
 
-    from contextual_assets.fusion import FusionWeights
+    from contextual_assets.fusion import FusionWeights, fuse
 
     tasks = list(gold.tasks)
     vectors = embedder.embed([t.query for t in tasks])
@@ -81,7 +81,7 @@ def sweep(store, embedder, gold, version: str, reranker=None, rerank_candidates:
         elif mode == "lexical":
             ranked = [ranking(i, lx) for i, (_, lx) in enumerate(lists)]
         else:
-            ranked = [ranking(i, store.fuse(d, lx, max(KS), weights)) for i, (d, lx) in enumerate(lists)]
+            ranked = [ranking(i, fuse(d, lx, max(KS), weights)) for i, (d, lx) in enumerate(lists)]
         per_config.append((weights, mode, ranked))
 
     def rows_for(indices: list[int]) -> list[dict]:
@@ -103,7 +103,7 @@ def sweep(store, embedder, gold, version: str, reranker=None, rerank_candidates:
     result["candidates_sweep"] = []
     for depth in (20, 30, 40, 50, CANDIDATES):
         weights = chosen.model_copy(update={"candidates": depth})
-        ranked = [ranking(i, store.fuse(d[:depth], lx[:depth], max(KS), weights)) for i, (d, lx) in enumerate(lists)]
+        ranked = [ranking(i, fuse(d[:depth], lx[:depth], max(KS), weights)) for i, (d, lx) in enumerate(lists)]
         result["candidates_sweep"].append({"candidates": depth, **_metrics(ranked, n_gold)})
     # How well does choosing this way carry to queries it never saw? Repeated 2-fold cross-validation
     # on the same gold set: choose on one half, measure on the other.
@@ -116,8 +116,9 @@ def sweep(store, embedder, gold, version: str, reranker=None, rerank_candidates:
         for pick, held in ((order[:half], order[half:]), (order[half:], order[:half])):
             chosen = _choose(rows_for(pick))
             held_rows = rows_for(held)
-            folds["chosen_on_other_half"].append(next(r for r in held_rows if r["mode"] == "hybrid" and
-                                                      (r["dense"], r["constant"]) == (chosen["dense"], chosen["constant"])))
+            picked = (chosen["dense"], chosen["constant"])
+            folds["chosen_on_other_half"].append(next(r for r in held_rows if r["mode"] == "hybrid"
+                                                      and (r["dense"], r["constant"]) == picked))
             folds["lexical"].append(next(r for r in held_rows if r["mode"] == "lexical"))
             folds["equal_weights"].append(next(r for r in held_rows if r["mode"] == "hybrid" and r["dense"] == 1.0
                                                and r["constant"] == 60))
@@ -129,7 +130,7 @@ def sweep(store, embedder, gold, version: str, reranker=None, rerank_candidates:
         weights = FusionWeights(**result["chosen"], candidates=CANDIDATES)
         plain, reranked, seconds = [], [], []
         for i, (task, (d, lx)) in enumerate(zip(tasks, lists)):
-            fused = store.fuse(d, lx, max(rerank_candidates, max(KS)), weights)
+            fused = fuse(d, lx, max(rerank_candidates, max(KS)), weights)
             hits = [texts[(doc, o)] for doc, o, _ in fused]
             plain.append(ranking(i, fused))
             started = time.perf_counter()

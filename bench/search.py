@@ -88,8 +88,8 @@ def dense_recall(corpus: Corpus, url: str | None, workdir: Path, n_queries: int)
     truth = exact_top_k(corpus, queries, K)
     store = open_store(url, workdir / "index.duckdb")
     try:
-        found = [[int(d.rsplit("-", 1)[1].split(".")[0]) * PER_DOC + o for d, o, _ in store.dense_top(q.tolist(), BIG, K)]
-                 for q in queries]
+        found = [[int(d.rsplit("-", 1)[1].split(".")[0]) * PER_DOC + o
+                  for d, o, _ in store.dense_top(q.tolist(), BIG, K)] for q in queries]
     finally:
         store.close()
     return round(recall(found, truth, K), 4)
@@ -202,7 +202,8 @@ def run_backend(backend: str, corpus: Corpus, args, workdir: Path) -> dict:
         for i in range(args.cold_runs):
             small.append(cold_cli(env, SMALL, texts[2 * i]))
             big.append(cold_cli(env, BIG, texts[2 * i + 1]))
-        row.update({"cold_cli_s": round(statistics.median(big), 2), "cold_cli_small_s": round(statistics.median(small), 2),
+        row.update({"cold_cli_s": round(statistics.median(big), 2),
+                    "cold_cli_small_s": round(statistics.median(small), 2),
                     "cold_cli_runs": {"big": [round(v, 2) for v in big], "small": [round(v, 2) for v in small]}})
         row["cold_cli_ratio"] = round(row["cold_cli_s"] / row["cold_cli_small_s"], 3)
 

@@ -30,6 +30,19 @@ class FusionWeights(BaseModel):
         return self
 
 
+ScoredKey = tuple[str, int, float]  # (doc_id, ordinal, score)
+
+
+def fuse(dense: Sequence[ScoredKey], lexical: Sequence[ScoredKey], k: int,
+         weights: FusionWeights) -> list[ScoredKey]:
+    """Weighted reciprocal-rank fusion of a dense and a lexical list of scored chunk keys; the k best
+    with their fused scores (ties broken by `doc_id` and ordinal as text)."""
+    keys = {f"{d}\x1f{o}": (d, o) for d, o, _ in [*dense, *lexical]}
+    rankings = [[f"{d}\x1f{o}" for d, o, _ in ranked] for ranked in (dense, lexical)]
+    fused = reciprocal_rank_fusion(rankings, k, constant=weights.constant, weights=[weights.dense, weights.lexical])
+    return [(*keys[key], score) for key, score in fused]
+
+
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int, constant: int = 60,
                            weights: Sequence[float] | None = None) -> list[tuple[str, float]]:
     """Fuse ranked lists of keys: score = sum of weight / (constant + rank)."""

@@ -157,11 +157,8 @@ class SearchService:
             vector = self.embed_query(version, query)
             if mode == "dense":
                 return store.hits(version, self._dense(vector, version, depth))
-            weights = self.weights
-            wide = max(depth, weights.candidates)
-            dense = self._dense(vector, version, wide) if weights.dense > 0 else []
-            lexical = store.lexical_top(query, version, wide) if weights.lexical > 0 else []
-            return store.hits(version, store.fuse(dense, lexical, depth, weights))
+            return store.hits(version, store.hybrid_top(query, vector, version, depth, weights=self.weights,
+                                                        dense_top=self._dense))
 
     def _dense(self, vector: list[float], version: str, n: int) -> list[tuple[str, int, float]]:
         if self.vectors is not None:
@@ -213,6 +210,6 @@ def service_from_settings(settings: PlatformSettings, *, vectors_in_memory: bool
 
 def _hit(rank: int, h: SearchHit) -> Hit:
     # JSON has no NaN or infinity; a score that is not finite carries no order information anyway.
-    return Hit(rank=rank, score=h.score if math.isfinite(h.score) else 0.0, document=h.doc_id, source_doc=h.source_doc, title=h.title,
-               section_path=h.section_path, page_start=h.page_start, page_end=h.page_end, header=h.header,
-               text=h.text, index_version=h.index_version)
+    return Hit(rank=rank, score=h.score if math.isfinite(h.score) else 0.0, document=h.doc_id,
+               source_doc=h.source_doc, title=h.title, section_path=h.section_path, page_start=h.page_start,
+               page_end=h.page_end, header=h.header, text=h.text, index_version=h.index_version)

@@ -22,9 +22,9 @@ from .aliases import AliasTable
 from .eval_runs import EvalRunTable
 from .header_cache import HeaderCacheTable
 from .primitives import utc_now
-from .search import ChunkKey, CorpusSearch, FusionWeights, hit_key
+from .search import ChunkKey, CorpusSearch
 
-__all__ = ["ChunkStore", "FusionWeights", "hit_key", "utc_now"]
+__all__ = ["ChunkStore", "utc_now"]
 
 _CHUNK_COLUMNS = (
     "index_version, doc_id, ordinal, source_doc, title, section_path, page_start, page_end, text, "

@@ -155,15 +155,14 @@ class DuckDBChunkStore(ChunkStore):
             return
         import json
 
-        # One statement over parallel lists: DuckDB's executemany runs one INSERT per row (~2 ms each).
-        columns = [
-            [c.doc_id for c in chunks], [c.ordinal for c in chunks], [c.source_doc for c in chunks],
-            [c.title for c in chunks], [json.dumps(c.section_path, ensure_ascii=False) for c in chunks],
-            [c.page_start for c in chunks], [c.page_end for c in chunks], [c.text for c in chunks],
-            [c.token_count for c in chunks], [c.content_hash for c in chunks], [c.external_id for c in chunks],
-            [c.header for c in chunks], [c.header_source for c in chunks], [c.header_model for c in chunks],
-            [c.embedding for c in chunks], [len(c.embedding) for c in chunks],
+        rows = [
+            (c.doc_id, c.ordinal, c.source_doc, c.title, json.dumps(c.section_path, ensure_ascii=False),
+             c.page_start, c.page_end, c.text, c.token_count, c.content_hash, c.external_id, c.header,
+             c.header_source, c.header_model, c.embedding, len(c.embedding))
+            for c in chunks
         ]
+        # One statement over parallel lists: DuckDB's executemany runs one INSERT per row (~2 ms each).
+        columns = [list(column) for column in zip(*rows)]
         types = ["VARCHAR", "INTEGER", "VARCHAR", "VARCHAR", "VARCHAR", "INTEGER", "INTEGER", "VARCHAR", "INTEGER",
                  "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "FLOAT[]", "INTEGER"]
         cursor.execute(

@@ -53,6 +53,11 @@ def document_postings(chunks: Sequence[HeaderedChunk]) -> tuple[list[Posting], i
 class LexicalIndexTable(StorePrimitives):
     """`ctx_lexical_postings` and BM25 top-k over it."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._lexical_ready: set[str] = set()  # versions known to hold postings for every document
+        self._lexical_lock = threading.Lock()
+
     def _insert_postings(self, cur: Any, index_version: str, doc_id: str, postings: list[Posting]) -> None:
         """Write one document's postings (back-ends override with a bulk path)."""
         for p in postings:
@@ -94,10 +99,10 @@ class LexicalIndexTable(StorePrimitives):
     def _ensure_indexed_once(self, index_version: str) -> None:
         """Documents without postings exist only from before the lexical index (new commits always write
         them), so each store object checks a version once; concurrent requests wait for one indexer."""
-        ready: set[str] = self.__dict__.setdefault("_lexical_ready", set())
+        ready = self._lexical_ready
         if index_version in ready:
             return
-        with self.__dict__.setdefault("_lexical_lock", threading.Lock()):
+        with self._lexical_lock:
             if index_version in ready:
                 return
             pending = self._query("SELECT count(*) FROM ctx_documents WHERE index_version = ? AND "
@@ -134,6 +139,7 @@ class LexicalIndexTable(StorePrimitives):
             [index_version, *[v for item in counts.items() for v in item], index_version,
              BM25_K1, BM25_B, BM25_B, int(n)])
         return [(str(d), int(o), float(s)) for d, o, s in rows if s > 0]
+
 
 def postings_rows(index_version: str, doc_id: str, postings: list[Posting]) -> list[tuple]:
     """Rows for a bulk insert (COPY), in the table's column order."""

@@ -8,22 +8,13 @@ fused top k), so nothing on the query path reads the whole corpus into Python.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from ..fusion import FusionWeights, reciprocal_rank_fusion
+from ..fusion import FusionWeights, ScoredKey, fuse
 from ..models import HeaderedChunk, SearchHit
 from .lexical_index import LexicalIndexTable
 
 ChunkKey = tuple[str, int]
-
-
-def hit_key(hit: SearchHit) -> str:
-    """Identity of a hit across result lists: document and chunk ordinal."""
-    return f"{hit.doc_id}\x1f{hit.ordinal}"
-
-
-def _key(doc_id: str, ordinal: int) -> str:
-    return f"{doc_id}\x1f{ordinal}"
 
 
 class CorpusSearch(LexicalIndexTable):
@@ -58,22 +49,15 @@ class CorpusSearch(LexicalIndexTable):
         return self.hits(index_version, self.hybrid_top(query, vector, index_version, k, candidates, weights))
 
     def hybrid_top(self, query: str, vector: Sequence[float], index_version: str, k: int,
-                   candidates: int | None = None, weights: FusionWeights | None = None) -> list[tuple[str, int, float]]:
-        """(doc_id, ordinal, fused score) of the k best chunks."""
+                   candidates: int | None = None, weights: FusionWeights | None = None,
+                   dense_top: Callable[[Sequence[float], str, int], list[ScoredKey]] | None = None) -> list[ScoredKey]:
+        """(doc_id, ordinal, fused score) of the k best chunks; `dense_top` replaces the store's dense
+        ranking (the search service's in-memory vectors)."""
         weights = weights or FusionWeights()
         depth = max(k, candidates or weights.candidates)
-        dense = self.dense_top(vector, index_version, depth) if weights.dense > 0 else []
+        dense = (dense_top or self.dense_top)(vector, index_version, depth) if weights.dense > 0 else []
         lexical = self.lexical_top(query, index_version, depth) if weights.lexical > 0 else []
-        return self.fuse(dense, lexical, k, weights)
-
-    @staticmethod
-    def fuse(dense: Sequence[tuple[str, int, float]], lexical: Sequence[tuple[str, int, float]], k: int,
-             weights: FusionWeights) -> list[tuple[str, int, float]]:
-        """Weighted reciprocal-rank fusion of two scored key lists."""
-        keys = {_key(d, o): (d, o) for d, o, _ in [*dense, *lexical]}
-        fused = reciprocal_rank_fusion([[_key(d, o) for d, o, _ in dense], [_key(d, o) for d, o, _ in lexical]], k,
-                                       constant=weights.constant, weights=[weights.dense, weights.lexical])
-        return [(*keys[key], score) for key, score in fused]
+        return fuse(dense, lexical, k, weights)
 
 def _hit(chunk: HeaderedChunk, score: float, index_version: str) -> SearchHit:
     return SearchHit(
