@@ -6,12 +6,19 @@ STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 export DAGSTER_HOME ?= $(CURDIR)/.ctx/dagster
 export HF_HUB_OFFLINE := 1
+# The package asks for a torch range; the CPU build is chosen here, before the package, so pip never
+# resolves the multi-GB CUDA build on a machine without a GPU. On a GPU machine: make TORCH_PIP_ARGS=
+TORCH ?= torch==2.13.0
+TORCH_PIP_ARGS ?= --extra-index-url https://download.pytorch.org/whl/cpu
+# The browser the UI tests drive: Debian's chromium (no browser download by playwright).
+CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: demo test ui install install-dev bench-retrieval clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip wheel setuptools
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH_PIP_ARGS) '$(TORCH)'
 	$(BIN)/pip install -q -e .
 	touch $@
 
@@ -26,8 +33,13 @@ demo: $(STAMP)
 	mkdir -p $(DAGSTER_HOME) && cp -n dagster.yaml $(DAGSTER_HOME)/dagster.yaml || true
 	$(BIN)/python -m contextual_assets.app.demo
 
-test: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "install Chromium and set CHROMIUM=/path/to/chromium"; exit 2; }
+	$(if $(filter 0,$(shell id -u)),,sudo) apt-get update -qq
+	$(if $(filter 0,$(shell id -u)),,sudo) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+test: $(DEV_STAMP) $(CHROMIUM)
+	CTX_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q
 
 ui: $(STAMP)
 	mkdir -p $(DAGSTER_HOME) && cp -n dagster.yaml $(DAGSTER_HOME)/dagster.yaml || true

@@ -1,5 +1,7 @@
-"""`make demo`: write the sample corpus, ingest it through Dagster on the embedded defaults (DuckDB,
-structural headers, the bundled MiniLM embedder), and show search results."""
+"""`make demo`: the whole loop on the embedded defaults (DuckDB, structural headers, the bundled MiniLM
+embedder): write the sample corpus, ingest it through Dagster, search it, evaluate the new index version
+with the shipped sample gold set, and show the gate's decision and the promotion. Everything runs on
+the Dagster instance `make ui` opens, so its partitions and asset checks are there to look at."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import sys
 from pathlib import Path
 
 from contextual_assets.app.cli import main as ctx_main
-from contextual_assets.samples import SAMPLE_QUERIES, write_sample_corpus
+from contextual_assets.samples import SAMPLE_QUERIES, sample_gold_file, write_sample_corpus
 from contextual_assets.settings import PlatformSettings
 
 
@@ -39,8 +41,17 @@ def main() -> int:
         hits = store.search_hybrid(query, embedder.embed([query])[0], version, 3)
         found += any(h.doc_id.endswith(expected) for h in hits)
     print(f"\n{found}/{len(SAMPLE_QUERIES)} sample queries find their document in the top 3 (hybrid).")
-    print("Next: `make ui` opens the Dagster UI on the same store; `ctx status` shows the index.")
-    return 0
+    print(f"\nThe Dagster UI on this instance ({os.environ.get('DAGSTER_HOME', 'DAGSTER_HOME')}): `make ui`, then "
+          "http://127.0.0.1:3000/assets: the `documents` partitions, and `retrieval_eval`'s checks "
+          "(eval_gate, gold_hygiene, header_diagnostics). `ctx status` shows the index versions.")
+    # Last, so the output ends with the gate's decision and where production points.
+    with sample_gold_file() as gold:
+        print(f"\n$ ctx eval --gold {gold.name}")
+        code = ctx_main(["eval", "--gold", str(gold)])
+    production = store.get_alias("production")
+    print(f"\ngate: {'passed' if code == 0 else 'BLOCKED'} for {version}")
+    print(f"production -> {production or 'not set'}")
+    return 0 if code == 0 and production == version else 1
 
 
 if __name__ == "__main__":

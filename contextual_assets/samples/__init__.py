@@ -21,7 +21,7 @@ a plain-text file whose paragraphs are separated by blank lines.
 from __future__ import annotations
 
 import json
-from importlib.resources import files
+from importlib.resources import as_file, files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
@@ -29,7 +29,7 @@ import yaml
 
 from contextual_assets.samples.typeset import SamplePdf, write_pdf
 
-__all__ = ["SAMPLE_QUERIES", "write_sample_corpus"]
+__all__ = ["SAMPLE_QUERIES", "sample_gold_file", "write_sample_corpus"]
 
 _DATA = files(__name__)
 
@@ -55,6 +55,12 @@ def _load_queries() -> tuple[tuple[str, str], ...]:
 
 # Queries with one clearly right source file, for the demo and for retrieval smoke tests.
 SAMPLE_QUERIES: tuple[tuple[str, str], ...] = _load_queries()
+
+
+def sample_gold_file():
+    """The sample queries as the gold file the evaluation gate reads: `with sample_gold_file() as path:`
+    (a real path even when the package is installed as a zip)."""
+    return as_file(_DATA / "gold.jsonl")
 
 
 def write_sample_corpus(dest: Path) -> list[Path]:

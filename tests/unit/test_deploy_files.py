@@ -1,0 +1,765 @@
+"""deploy/: the container image, the compose file, the Helm values and the fleet files, checked without
+Docker, Helm or a cluster.
+
+- compose.yaml is interpolated the way compose does it (string values after YAML parsing, from
+  deploy/.env.example) and validated against the Compose Specification's JSON schema
+  (deploy/schemas/compose-spec.json); every variable it uses is in .env.example, every service has an
+  image, and every volume, config, secret and file it names exists; the vLLM services and the fleet
+  file list the same replicas.
+- The Dockerfile is parsed: its base image, its torch index, every COPY source (present and not
+  excluded by .dockerignore) and its command (a module that exists, flags the installed dagster CLI has).
+- The Helm values are validated against the Dagster chart's values.schema.json
+  (deploy/helm/values.schema.json), and, because that schema lets unknown keys through at the top level
+  and in a user deployment, every key path is also checked against the schema's properties.
+Each check is also run once on a broken input, to show it can fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import hashlib
+import importlib.util
+import json
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.support import REPO_ROOT
+
+DEPLOY = REPO_ROOT / "deploy"
+COMPOSE = DEPLOY / "compose.yaml"
+ENV_EXAMPLE = DEPLOY / ".env.example"
+COMPOSE_SCHEMA = DEPLOY / "schemas" / "compose-spec.json"
+DOCKERFILE = DEPLOY / "Dockerfile"
+DOCKERIGNORE = REPO_ROOT / ".dockerignore"
+FLEET_COMPOSE = DEPLOY / "fleet.compose.yaml"
+WORKSPACE_GRPC = DEPLOY / "workspace.grpc.yaml"
+HELM = DEPLOY / "helm"
+HELM_SCHEMA = HELM / "values.schema.json"
+HELM_VALUES = HELM / "values.yaml"
+HELM_GPU_VALUES = HELM / "values-gpu-embedding.yaml"
+FLEET_CONFIGMAP = HELM / "fleet-configmap.yaml"
+SEARCH_SERVICE = HELM / "search-service.yaml"
+README = DEPLOY / "README.md"
+
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+DEFINITIONS_MODULE = "contextual_assets.defs.definitions"
+
+
+# --------------------------------------------------------------------------------------------------
+# compose: interpolation as compose does it
+
+
+class MissingVariable(Exception):
+    pass
+
+
+_VAR = re.compile(
+    r"\$(?:(\$)"  # $$: a literal dollar
+    r"|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])((?:[^{}]|\{[^{}]*\})*))?\}"  # ${NAME}, ${NAME:-default}, ...
+    r"|([A-Za-z_][A-Za-z0-9_]*))"  # $NAME
+)
+
+
+def _interpolate_str(text: str, env: dict[str, str], used: set[str]) -> str:
+    def replace(match: re.Match) -> str:
+        if match.group(1):
+            return "$"  # "$$" is a literal dollar
+        name = match.group(2) or match.group(5)
+        op, arg = match.group(3), match.group(4) or ""
+        used.add(name)
+        value = env.get(name)
+        if op in (":-", "-"):
+            unset = value is None or (op == ":-" and value == "")
+            return _interpolate_str(arg, env, used) if unset else value
+        if op in (":?", "?"):
+            if value is None or (op == ":?" and value == ""):
+                raise MissingVariable(f"{name}: {arg}")
+            return value
+        if op in (":+", "+"):
+            set_ = value is not None and (op == "+" or value != "")
+            return _interpolate_str(arg, env, used) if set_ else ""
+        return value or ""
+
+    return _VAR.sub(replace, text)
+
+
+def interpolate(node: Any, env: dict[str, str], used: set[str] | None = None) -> Any:
+    """Compose's interpolation: applied to string values of the parsed file (not to keys)."""
+    used = set() if used is None else used
+    if isinstance(node, dict):
+        return {key: interpolate(value, env, used) for key, value in node.items()}
+    if isinstance(node, list):
+        return [interpolate(value, env, used) for value in node]
+    if isinstance(node, str):
+        return _interpolate_str(node, env, used)
+    return node
+
+
+def env_example() -> dict[str, str]:
+    values = {}
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip()
+    return values
+
+
+def filled_env() -> dict[str, str]:
+    """.env.example with the required secrets filled in, as a user's deploy/.env would be."""
+    return {key: value or f"test-{key.lower()}" for key, value in env_example().items()}
+
+
+def compose_raw() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def compose() -> dict:
+    return interpolate(compose_raw(), filled_env())
+
+
+def compose_schema_errors(document: dict) -> list[str]:
+    validator = jsonschema.Draft202012Validator(json.loads(COMPOSE_SCHEMA.read_text()))
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document)]
+
+
+def compose_reference_problems(document: dict) -> list[str]:
+    """Services without an image, and volumes, configs, secrets, files and services named but absent."""
+    problems = []
+    services = document.get("services", {})
+    for top in ("volumes", "configs", "secrets"):
+        for name, spec in (document.get(top) or {}).items():
+            path = (spec or {}).get("file")
+            if path and not (DEPLOY / path).is_file():
+                problems.append(f"{top}.{name}: file {path} does not exist")
+    for name, service in services.items():
+        if not service.get("image") and not service.get("build"):
+            problems.append(f"{name}: neither image nor build")
+        build = service.get("build")
+        if isinstance(build, dict):
+            context = (DEPLOY / build.get("context", ".")).resolve()
+            if not (context / build.get("dockerfile", "Dockerfile")).is_file():
+                problems.append(f"{name}: build.dockerfile not found under {context}")
+        for mount in service.get("volumes", []):
+            source = mount.split(":", 1)[0] if isinstance(mount, str) else mount.get("source", "")
+            if source.startswith((".", "/")):
+                if not (DEPLOY / source).exists():
+                    problems.append(f"{name}: bind mount source {source} does not exist")
+            elif source not in (document.get("volumes") or {}):
+                problems.append(f"{name}: volume {source} is not declared under volumes")
+        for top in ("configs", "secrets"):
+            for ref in service.get(top, []):
+                source = ref if isinstance(ref, str) else ref["source"]
+                if source not in (document.get(top) or {}):
+                    problems.append(f"{name}: {top[:-1]} {source} is not declared under {top}")
+        depends = service.get("depends_on", {})
+        for other in depends if isinstance(depends, (list, dict)) else []:
+            if other not in services:
+                problems.append(f"{name}: depends_on {other}, which is not a service")
+    return problems
+
+
+def vllm_services(document: dict) -> dict[str, dict]:
+    return {name: s for name, s in document["services"].items() if name.startswith("vllm-")}
+
+
+def _flag(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def gpu_problems(document: dict) -> list[str]:
+    problems, seen = [], {}
+    vllm = vllm_services(document)
+    if not vllm:
+        problems.append("no vllm-N service")
+    for name, service in vllm.items():
+        devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+        if len(devices) != 1:
+            problems.append(f"{name}: expected one device reservation, found {len(devices)}")
+            continue
+        device = devices[0]
+        if device.get("driver") != "nvidia" or "gpu" not in device.get("capabilities", []):
+            problems.append(f"{name}: not an nvidia gpu reservation")
+        if "count" in device and "device_ids" in device:
+            problems.append(f"{name}: count and device_ids are mutually exclusive in compose")
+        ids = device.get("device_ids", [])
+        if len(ids) != 1:
+            problems.append(f"{name}: expected exactly one device id, found {ids}")
+        for gpu in ids:
+            if gpu in seen:
+                problems.append(f"{name}: GPU {gpu} already reserved by {seen[gpu]}")
+            seen[gpu] = name
+    return problems
+
+
+def fleet_urls_of_compose(document: dict) -> set[str]:
+    urls = set()
+    for name, service in vllm_services(document).items():
+        command = service["command"]
+        urls.add(f"http://{name}:{_flag(command, '--port')}/v1")
+    return urls
+
+
+def load_fleet(path: Path):
+    from contextual_assets.fleet.config import FleetConfig
+
+    return FleetConfig.load(fleet_file=str(path))
+
+
+# --------------------------------------------------------------------------------------------------
+# Dockerfile
+
+
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    instructions, current = [], ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not current and (not stripped or stripped.startswith("#")):
+            continue
+        if current and stripped.startswith("#"):
+            continue
+        current += " " + stripped
+        if current.endswith("\\"):
+            current = current[:-1]
+            continue
+        keyword, _, args = current.strip().partition(" ")
+        instructions.append((keyword.upper(), args.strip()))
+        current = ""
+    return instructions
+
+
+def _dockerignore_patterns() -> list[str]:
+    lines = [line.strip() for line in DOCKERIGNORE.read_text().splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").rstrip("/")
+        candidates = [pattern] + ([pattern[3:]] if pattern.startswith("**/") else [])
+        parts = path.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        if any(fnmatch.fnmatch(prefix, c) for prefix in prefixes for c in candidates) or any(
+            pattern.startswith("**/") and fnmatch.fnmatch(part, pattern[3:]) for part in parts
+        ):
+            ignored = not negate
+    return ignored
+
+
+def dockerfile_problems(text: str) -> list[str]:
+    problems = []
+    instructions = dockerfile_instructions(text)
+    args = {}
+    for keyword, rest in instructions:
+        if keyword == "ARG" and "=" in rest:
+            key, _, value = rest.partition("=")
+            args[key] = value.strip('"')
+    base = next((rest for keyword, rest in instructions if keyword == "FROM"), "")
+    base = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), base).split(" ")[0]
+    if base != "python:3.11-slim":
+        problems.append(f"base image is {base!r}, not python:3.11-slim")
+    if args.get("TORCH_INDEX_URL") != CPU_TORCH_INDEX:
+        problems.append(f"TORCH_INDEX_URL defaults to {args.get('TORCH_INDEX_URL')!r}, not the CPU index")
+    installs = [rest for keyword, rest in instructions if keyword == "RUN" and "pip install" in rest]
+    if not any('--extra-index-url "${TORCH_INDEX_URL}"' in run and " ." in run for run in installs):
+        problems.append("no `pip install --extra-index-url \"${TORCH_INDEX_URL}\" .`")
+    patterns = _dockerignore_patterns()
+    for keyword, rest in instructions:
+        if keyword != "COPY":
+            continue
+        parts = [p for p in shlex.split(rest) if not p.startswith("--")]
+        for source in parts[:-1]:
+            if not (REPO_ROOT / source).exists():
+                problems.append(f"COPY {source}: not in the repository")
+            elif _ignored(source.rstrip("/"), patterns):
+                problems.append(f"COPY {source}: excluded by .dockerignore")
+    cmd = next((rest for keyword, rest in reversed(instructions) if keyword == "CMD"), None)
+    if cmd is None:
+        problems.append("no CMD")
+    else:
+        command = json.loads(cmd)
+        if command[:3] != ["dagster", "code-server", "start"]:
+            problems.append(f"CMD is {command[:3]}, not a dagster code server")
+        module = _flag(command, "-m")
+        if importlib.util.find_spec(module) is None:
+            problems.append(f"CMD module {module} does not exist")
+    return problems
+
+
+def dockerfile_cmd() -> list[str]:
+    return json.loads(next(r for k, r in reversed(dockerfile_instructions(DOCKERFILE.read_text())) if k == "CMD"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Helm: the chart's schema and a strict key walk
+
+
+def helm_merge(base: Any, override: Any) -> Any:
+    """How helm combines values files: maps merge key by key, anything else (lists too) is replaced,
+    and a null deletes the key."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = helm_merge(base.get(key), value)
+        return merged
+    return copy.deepcopy(override)
+
+
+def helm_values(*, gpu: bool = False) -> dict:
+    values = yaml.safe_load(HELM_VALUES.read_text())
+    return helm_merge(values, yaml.safe_load(HELM_GPU_VALUES.read_text())) if gpu else values
+
+
+def helm_schema() -> dict:
+    return json.loads(HELM_SCHEMA.read_text())
+
+
+def _is_remote(ref: str | None) -> bool:
+    return bool(ref) and not ref.startswith("#")
+
+
+def _offline(schema: Any, *, keep_required: bool) -> Any:
+    """The chart schema usable here: the Kubernetes definitions it refers to by URL are not fetched
+    (their sibling keywords still apply), and `required` is dropped unless asked for, because helm
+    validates the user's values merged over the chart's defaults, which supply the required keys."""
+    if isinstance(schema, dict):
+        out = {}
+        for key, value in schema.items():
+            if key == "$ref" and _is_remote(value):
+                continue
+            if key == "required" and not keep_required and isinstance(value, list):
+                continue
+            out[key] = _offline(value, keep_required=keep_required)
+        return out
+    if isinstance(schema, list):
+        return [_offline(v, keep_required=keep_required) for v in schema]
+    return schema
+
+
+def helm_schema_errors(values: dict) -> list[str]:
+    schema = helm_schema()
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in jsonschema.Draft202012Validator(_offline(schema, keep_required=False)).iter_errors(values)
+    ]
+    # List items get no chart defaults (helm replaces lists), so each deployment is checked whole.
+    strict = _offline(schema, keep_required=True)
+    deployment = {"$ref": "#/$defs/UserDeployment", "$defs": strict["$defs"]}
+    for i, item in enumerate(values.get("dagster-user-deployments", {}).get("deployments", [])):
+        errors += [
+            f"dagster-user-deployments/deployments/{i}/{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in jsonschema.Draft202012Validator(deployment).iter_errors(item)
+        ]
+    return errors
+
+
+def _resolve(node: dict, root: dict) -> dict:
+    """Follow a local $ref (keeping sibling keywords); a URL $ref is left (a Kubernetes type)."""
+    seen = 0
+    while "$ref" in node and node["$ref"].startswith("#/") and seen < 50:
+        target: Any = root
+        for part in node["$ref"][2:].split("/"):
+            target = target[part]
+        node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        seen += 1
+    return node
+
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}
+
+
+def _branches(node: dict, root: dict, value: Any) -> list[dict]:
+    node = _resolve(node, root)
+    options = node.get("anyOf") or node.get("oneOf")
+    if options:
+        base = {k: v for k, v in node.items() if k not in ("anyOf", "oneOf")}
+        out = []
+        for option in options:
+            out += _branches({**base, **option} if "$ref" not in option else option, root, value)
+        return out
+    kind = _JSON_TYPES.get(type(value), "null")
+    declared = node.get("type")
+    if declared is None or declared == kind or (kind == "integer" and declared == "number"):
+        return [node]
+    return []
+
+
+def unknown_key_paths(value: Any, node: dict, root: dict, path: str = "") -> list[str]:
+    """Every key path of `value` that the schema does not define. An object schema with properties
+    admits only those (additionalProperties true, pydantic's extra="allow", is not taken as a licence
+    to invent keys); a map schema (no properties) admits any key; a Kubernetes type (a URL $ref, not
+    available offline) admits any key beyond the properties listed."""
+    branches = _branches(node, root, value)
+    if not branches:
+        return []
+    if isinstance(value, dict):
+        known: dict[str, dict] = {}
+        free: list[dict] = []
+        opaque = False
+        for branch in branches:
+            known.update(branch.get("properties") or {})
+            extra = branch.get("additionalProperties")
+            opaque |= _is_remote(branch.get("$ref"))
+            if not branch.get("properties"):
+                if isinstance(extra, dict):
+                    free.append(extra)
+                elif extra is not False:
+                    opaque = True
+        problems = []
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            if key in known:
+                problems += unknown_key_paths(item, known[key], root, where)
+            elif free:
+                problems += unknown_key_paths(item, free[0], root, where)
+            elif not opaque:
+                problems.append(where)
+        return problems
+    if isinstance(value, list):
+        problems = []
+        for branch in branches:
+            if "items" in branch:
+                for i, item in enumerate(value):
+                    problems += unknown_key_paths(item, branch["items"], root, f"{path}[{i}]")
+                break
+        return problems
+    return []
+
+
+def helm_unknown_keys(values: dict) -> list[str]:
+    schema = helm_schema()
+    return unknown_key_paths(values, schema, schema)
+
+
+def _user_deployment(values: dict) -> dict:
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    return deployment
+
+
+def _camel_to_snake(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {re.sub(r"(?<!^)([A-Z])", r"_\1", k).lower(): _camel_to_snake(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_camel_to_snake(v) for v in node]
+    return node
+
+
+# ==================================================================================================
+# every file under deploy/
+
+
+def test_every_file_under_deploy_parses():
+    yaml_files = sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"))
+    assert {COMPOSE, HELM_VALUES, FLEET_CONFIGMAP, FLEET_COMPOSE, WORKSPACE_GRPC} <= set(yaml_files)
+    for path in yaml_files:
+        documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        assert documents and all(isinstance(d, dict) for d in documents), path
+    for path in sorted(DEPLOY.rglob("*.json")):
+        assert isinstance(json.loads(path.read_text()), dict), path
+
+
+def test_the_committed_schemas_are_the_ones_deploy_readme_names():
+    """Both schemas are copies of upstream files; deploy/README.md names where they come from and their
+    sha256, so an edit to either shows here."""
+    readme = README.read_text()
+    for path in (HELM_SCHEMA, COMPOSE_SCHEMA):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert digest in readme, f"{path.relative_to(REPO_ROOT)}: sha256 {digest} is not in deploy/README.md"
+    assert "433c65790b0cd47cc2ead98deae42308bf8110c2" in readme
+
+
+# ==================================================================================================
+# compose
+
+
+def test_compose_file_is_valid_against_the_compose_specification():
+    assert compose_schema_errors(compose()) == []
+
+
+def test_compose_schema_check_catches_an_invalid_file():
+    broken = compose()
+    broken["services"]["code-server"]["restart_policy"] = "always"  # not a compose key
+    broken["services"]["vllm-0"]["deploy"]["resources"]["reservations"]["devices"][0].pop("capabilities")
+    errors = compose_schema_errors(broken)
+    assert any("restart_policy" in e for e in errors), errors
+    assert any("capabilities" in e for e in errors), errors
+
+
+def test_compose_variables_are_all_in_env_example_and_secrets_are_not():
+    used: set[str] = set()
+    interpolate(compose_raw(), filled_env(), used)
+    example = env_example()
+    assert used - set(example) == set(), "add these to deploy/.env.example"
+    # The secrets are required (${VAR:?...}) and empty in the template: compose refuses to start until
+    # deploy/.env sets them, and no password is committed.
+    for secret in ("POSTGRES_PASSWORD", "LLM_API_KEY", "CTX_SEARCH_TOKEN"):
+        assert example[secret] == "", f"{secret} has a value in .env.example"
+        with pytest.raises(MissingVariable, match=secret):
+            interpolate(compose_raw(), {**filled_env(), secret: ""})
+
+
+def test_env_example_check_catches_a_missing_variable():
+    raw = compose_raw()
+    raw["services"]["search"]["environment"]["CTX_SERVE_MAX_K"] = "${CTX_SEARCH_MAX_K:-100}"
+    used: set[str] = set()
+    interpolate(raw, filled_env(), used)
+    assert used - set(env_example()) == {"CTX_SEARCH_MAX_K"}
+
+
+def test_compose_services_have_images_and_what_they_reference_exists():
+    document = compose()
+    assert compose_reference_problems(document) == []
+    expected = {"postgres", "code-server", "webserver", "daemon", "search"}
+    assert expected <= set(document["services"])
+    assert document["services"]["postgres"]["image"].startswith("pgvector/pgvector:pg16")
+
+
+def test_compose_reference_check_catches_missing_things():
+    broken = compose()
+    del broken["services"]["search"]["image"], broken["services"]["search"]["build"]
+    broken["services"]["webserver"]["volumes"].append("logs:/logs")
+    broken["services"]["code-server"]["configs"].append({"source": "nope", "target": "/nope"})
+    broken["configs"]["fleet"]["file"] = "./missing-fleet.yaml"
+    broken["services"]["daemon"]["depends_on"]["ghost"] = {"condition": "service_started"}
+    problems = compose_reference_problems(broken)
+    for fragment in ("search: neither image", "volume logs", "config nope", "missing-fleet.yaml", "ghost"):
+        assert any(fragment in p for p in problems), (fragment, problems)
+
+
+def test_vllm_replicas_each_reserve_their_own_gpu_and_are_the_fleet():
+    document = compose()
+    assert gpu_problems(document) == []
+    assert len(vllm_services(document)) >= 2
+    fleet = load_fleet(FLEET_COMPOSE)
+    assert {r.base_url for r in fleet.replicas} == fleet_urls_of_compose(document)
+    max_num_seqs = {int(_flag(s["command"], "--max-num-seqs")) for s in vllm_services(document).values()}
+    assert {r.max_in_flight for r in fleet.replicas} == max_num_seqs
+    # The code server reads that file where compose mounts it, and runs with the key vLLM requires.
+    code_server = document["services"]["code-server"]
+    fleet_path = code_server["environment"]["CTX_LLM_FLEET_FILE"]
+    mounts = {c["target"]: document["configs"][c["source"]]["file"] for c in code_server["configs"]}
+    assert (DEPLOY / mounts[fleet_path]).resolve() == FLEET_COMPOSE.resolve()
+    for service in vllm_services(document).values():
+        assert service["environment"]["VLLM_API_KEY"] == code_server["environment"]["CTX_LLM_API_KEY"]
+        assert _flag(service["command"], "--model") == code_server["environment"]["CTX_LLM_MODEL"]
+
+
+def test_gpu_and_fleet_checks_catch_mistakes(tmp_path):
+    document = compose()
+    vllm1 = document["services"]["vllm-1"]["deploy"]["resources"]["reservations"]["devices"][0]
+    vllm1["device_ids"] = ["0"]
+    vllm1["count"] = 1
+    problems = gpu_problems(document)
+    assert any("GPU 0 already reserved by vllm-0" in p for p in problems), problems
+    assert any("mutually exclusive" in p for p in problems), problems
+
+    fleet = yaml.safe_load(FLEET_COMPOSE.read_text())
+    fleet["replicas"] = fleet["replicas"][:1]
+    one = tmp_path / "fleet.yaml"
+    one.write_text(yaml.safe_dump(fleet))
+    assert {r.base_url for r in load_fleet(one).replicas} != fleet_urls_of_compose(compose())
+
+
+def test_dagster_processes_share_the_postgres_instance_and_find_the_code_server():
+    from dagster._core.workspace.config_schema import process_workspace_config
+
+    document = compose()
+    services = document["services"]
+    for name in ("code-server", "webserver", "daemon"):
+        service = services[name]
+        env = service["environment"]
+        home = env["DAGSTER_HOME"]
+        mounts = {c["target"]: document["configs"][c["source"]]["file"] for c in service["configs"]}
+        assert (DEPLOY / mounts[f"{home}/dagster.yaml"]).resolve() == (DEPLOY / "dagster.postgres.yaml").resolve()
+        url = urlparse(env["DAGSTER_PG_URL"])
+        assert (url.scheme, url.hostname, url.path) == ("postgresql+psycopg2", "postgres", "/dagster"), name
+        assert any(v.endswith(":/opt/dagster/dagster_home/storage") for v in service["volumes"]), name
+    for name in ("code-server", "search"):
+        url = urlparse(services[name]["environment"]["DATABASE_URL"])
+        assert (url.scheme, url.hostname, url.path) == ("postgresql", "postgres", "/ctx"), name
+
+    workspace = yaml.safe_load(WORKSPACE_GRPC.read_text())
+    assert process_workspace_config(workspace).success
+    (server,) = [entry["grpc_server"] for entry in workspace["load_from"]]
+    command = services["code-server"]["command"]
+    assert server["host"] == "code-server"
+    assert str(server["port"]) == _flag(command, "-p")
+    assert server["location_name"] == _flag(command, "--location-name")
+    for name in ("webserver", "daemon"):
+        mounts = {c["target"]: document["configs"][c["source"]]["file"] for c in services[name]["configs"]}
+        workspace_arg = _flag(services[name]["command"], "-w")
+        assert (DEPLOY / mounts[workspace_arg]).resolve() == WORKSPACE_GRPC.resolve()
+    assert command == dockerfile_cmd()
+    assert services["search"]["command"][:2] == ["ctx", "serve"]
+    assert _flag(services["search"]["command"], "--host") == "0.0.0.0"
+
+
+# ==================================================================================================
+# Dockerfile
+
+
+def test_dockerfile_builds_the_code_location_from_repository_files():
+    assert dockerfile_problems(DOCKERFILE.read_text()) == []
+
+
+def test_dockerfile_command_uses_flags_the_installed_dagster_has():
+    help_text = subprocess.run(
+        [str(REPO_ROOT / ".venv" / "bin" / "dagster"), "code-server", "start", "--help"],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout
+    for flag in {arg for arg in dockerfile_cmd()[3:] if arg.startswith("-")}:
+        assert re.search(rf"(^|\s|,){re.escape(flag)}[\s,]", help_text), f"dagster code-server start has no {flag}"
+    assert importlib.util.find_spec(DEFINITIONS_MODULE) is not None
+
+
+def test_dockerfile_check_catches_mistakes():
+    text = DOCKERFILE.read_text()
+    broken = (
+        text.replace("COPY eval_assets ./eval_assets", "COPY eval_assets ./eval_assets\nCOPY .venv /venv")
+        .replace("COPY contextual_assets ", "COPY contextual_asset ")
+        .replace(DEFINITIONS_MODULE, "contextual_assets.defs.nowhere")
+        .replace("ARG PYTHON_IMAGE=python:3.11-slim", "ARG PYTHON_IMAGE=python:3.12")
+        .replace(f"TORCH_INDEX_URL={CPU_TORCH_INDEX}", "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128")
+    )
+    problems = dockerfile_problems(broken)
+    for fragment in (".venv: excluded", "contextual_asset: not in", "nowhere does not exist", "python:3.12", "cu128"):
+        assert any(fragment in p for p in problems), (fragment, problems)
+
+
+# ==================================================================================================
+# Helm
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["values.yaml", "values.yaml+values-gpu-embedding.yaml"])
+def test_helm_values_validate_against_the_chart_schema(gpu):
+    values = helm_values(gpu=gpu)
+    assert helm_schema_errors(values) == []
+    assert helm_unknown_keys(values) == []
+
+
+def test_helm_checks_catch_invented_keys():
+    schema_only_misses = helm_values()
+    schema_only_misses["replicaz"] = 3  # top level: the chart's schema allows extra keys there
+    schema_only_misses["userDeployments"] = {"enabled": True}  # the chart's key is dagster-user-deployments
+    _user_deployment(schema_only_misses)["gpuCount"] = 1  # a user deployment allows extra keys too
+    assert helm_schema_errors(schema_only_misses) == []
+    assert sorted(helm_unknown_keys(schema_only_misses)) == [
+        "dagster-user-deployments.deployments[0].gpuCount",
+        "replicaz",
+        "userDeployments",
+    ]
+
+    both_catch = helm_values()
+    both_catch["runLauncher"]["config"]["k8sRunLauncher"]["gpus"] = 1
+    both_catch["concurrency"]["pools"]["ctx_ingest"] = 1
+    assert any("gpus" in e for e in helm_schema_errors(both_catch))
+    assert any("ctx_ingest" in e for e in helm_schema_errors(both_catch))
+    assert sorted(helm_unknown_keys(both_catch)) == [
+        "concurrency.pools.ctx_ingest",
+        "runLauncher.config.k8sRunLauncher.gpus",
+    ]
+
+    wrong_type = helm_values()
+    wrong_type["runLauncher"]["type"] = "DockerRunLauncher"
+    del _user_deployment(wrong_type)["port"]
+    errors = helm_schema_errors(wrong_type)
+    assert any("DockerRunLauncher" in e for e in errors), errors
+    assert any("'port' is a required property" in e for e in errors), errors
+
+
+def test_helm_values_run_the_platform_on_the_k8s_run_launcher_with_external_postgres():
+    values = helm_values()
+    assert values["runLauncher"]["type"] == "K8sRunLauncher"
+    assert values["postgresql"]["enabled"] is False and values["generatePostgresqlPasswordSecret"] is False
+    assert "postgresqlPassword" not in values["postgresql"]
+    deployment = _user_deployment(values)
+    assert deployment["codeServerArgs"][:2] == ["-m", DEFINITIONS_MODULE]
+    assert deployment["port"] == 4000
+    assert "resources" not in deployment, "it would override the run launcher's run pod resources"
+    assert deployment["envSecrets"] == [{"name": "ctx-secrets"}]
+    secret_like = re.compile(r"(PASSWORD|TOKEN|API_KEY|DATABASE_URL|PG_URL)")
+    assert not [key for key in deployment["env"] if secret_like.search(key)], "secrets belong in ctx-secrets"
+    assert values["dagsterDaemon"]["runCoordinator"]["type"] == "QueuedRunCoordinator"
+
+
+def test_helm_concurrency_is_the_instance_config_of_the_other_deployments():
+    shipped = yaml.safe_load((REPO_ROOT / "dagster.yaml").read_text())["concurrency"]
+    postgres = yaml.safe_load((DEPLOY / "dagster.postgres.yaml").read_text())["concurrency"]
+    helm = helm_values()["concurrency"]
+    assert helm.pop("enabled") is True
+    assert _camel_to_snake(helm) == shipped == postgres
+    run_coordinator_config = helm_values()["dagsterDaemon"]["runCoordinator"].get("config", {})
+    assert not run_coordinator_config.get("queuedRunCoordinator"), "limits set twice: the chart refuses that"
+
+
+def test_gpu_variant_differs_only_in_image_gpu_limits_and_device():
+    base, gpu = helm_values(), helm_values(gpu=True)
+    base_launcher = base["runLauncher"]["config"]["k8sRunLauncher"]
+    gpu_launcher = gpu["runLauncher"]["config"]["k8sRunLauncher"]
+    assert "nvidia.com/gpu" not in base_launcher["resources"]["limits"]
+    assert "CTX_EMBED_DEVICE=cpu" in base_launcher["envVars"]
+    assert gpu_launcher["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert "CTX_EMBED_DEVICE=cuda" in gpu_launcher["envVars"]
+    base_deployment, gpu_deployment = _user_deployment(base), _user_deployment(gpu)
+    assert gpu_deployment["image"]["tag"] != base_deployment["image"]["tag"]
+    assert {**gpu_deployment, "image": None} == {**base_deployment, "image": None}
+    assert "resources" not in gpu_deployment, "the code server asks for no GPU"
+
+
+def test_fleet_configmap_is_mounted_where_the_settings_read_it(tmp_path):
+    values = helm_values()
+    deployment = _user_deployment(values)
+    configmap = yaml.safe_load(FLEET_CONFIGMAP.read_text())
+    assert (configmap["apiVersion"], configmap["kind"]) == ("v1", "ConfigMap")
+    (volume,) = [v for v in deployment["volumes"] if "configMap" in v]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    (mount,) = [m for m in deployment["volumeMounts"] if m["name"] == volume["name"]]
+    fleet_file = Path(deployment["env"]["CTX_LLM_FLEET_FILE"])
+    assert fleet_file.parent == Path(mount["mountPath"]) and fleet_file.name in configmap["data"]
+    assert deployment.get("includeConfigInLaunchedRuns", {}).get("enabled", True), "run pods need the mount too"
+
+    written = tmp_path / fleet_file.name
+    written.write_text(configmap["data"][fleet_file.name])
+    fleet = load_fleet(written)
+    assert len(fleet.replicas) >= 2
+    assert all(urlparse(r.base_url).hostname.endswith(".svc.cluster.local") for r in fleet.replicas)
+
+
+def test_search_service_manifest_reads_the_same_secrets():
+    deployment, service = yaml.safe_load_all(SEARCH_SERVICE.read_text())
+    assert (deployment["kind"], service["kind"]) == ("Deployment", "Service")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:2] == ["ctx", "serve"] and _flag(container["args"], "--host") == "0.0.0.0"
+    image = _user_deployment(helm_values())["image"]
+    assert container["image"] == f"{image['repository']}:{image['tag']}"
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+    assert {r["name"] for r in refs.values()} == {"ctx-secrets"}
+    assert set(refs) == {"DATABASE_URL", "CTX_SEARCH_TOKEN"}
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_interpolation_follows_compose_rules():
+    used: set[str] = set()
+    env = {"SET": "v", "EMPTY": ""}
+    assert interpolate("$$HOME ${SET} $SET", env, used) == "$HOME v v"
+    assert interpolate("${EMPTY:-d} ${EMPTY-d} ${UNSET-d} ${UNSET:-${SET}}", env, used) == "d  d v"
+    assert interpolate("${SET:+alt} ${EMPTY:+alt} ${EMPTY+alt}", env, used) == "alt  alt"
+    assert used == {"SET", "EMPTY", "UNSET"}
+    with pytest.raises(MissingVariable, match="EMPTY: say so"):
+        interpolate({"a": ["${EMPTY:?say so}"]}, env)
+    assert interpolate({"n": 1, "k": "${SET?x}"}, env) == {"n": 1, "k": "v"}
