@@ -41,9 +41,11 @@ $(CHROMIUM):
 test: $(DEV_STAMP) $(CHROMIUM)
 	CTX_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q
 
+# The demo's gold set unless another is configured, so `retrieval_eval` can be materialized from the UI.
 ui: $(STAMP)
 	mkdir -p $(DAGSTER_HOME) && cp -n dagster.yaml $(DAGSTER_HOME)/dagster.yaml || true
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	CTX_GOLD_FILE="$${CTX_GOLD_FILE:-$(CURDIR)/contextual_assets/samples/gold.jsonl}" \
+	  $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench-retrieval: $(STAMP)
 	$(BIN)/python -m bench.retrieval --dataset ../shared/datasets/anthropic-codebase \
