@@ -28,3 +28,24 @@ def test_wheel_holds_the_product_packages_and_their_data_only(tmp_path):
                  "contextual_assets/samples/corpus/rate_limiter.py", "contextual_assets/samples/corpus/release_notes.txt",
                  "contextual_assets/samples/pdfs/01_supply_agreement.yaml"):
         assert data in names, data
+    requires = [line.split(":", 1)[1].strip() for line in
+                zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA")))
+                .decode().splitlines() if line.startswith("Requires-Dist:")]
+    assert_installs_anywhere(requires)
+
+
+def assert_installs_anywhere(requires: list[str]) -> None:
+    """No exact pins on what a user's machine decides (torch's CPU or CUDA build, dagster's patch), and an
+    upper bound on dagster's tested minor."""
+    from packaging.requirements import Requirement
+
+    by_name = {Requirement(r).name: Requirement(r) for r in requires if "extra ==" not in r}
+    torch = by_name["torch"].specifier
+    assert torch and not any(s.operator in ("==", "===") for s in torch), f"torch must be a range: {torch}"
+    assert "2.13.0" in torch and "2.14.1" in torch, f"torch range {torch} must admit the tested builds"
+    for name in ("dagster", "dagster-webserver"):
+        spec = by_name[name].specifier
+        assert any(s.operator == "<" for s in spec), f"{name} needs an upper bound on the tested minor: {spec}"
+        import dagster
+
+        assert dagster.__version__ in spec, f"{name} {spec} excludes the tested dagster {dagster.__version__}"
