@@ -82,8 +82,7 @@ class RedTeam:
             run_config={"ops": {"retrieval_eval": {"config": {"gold_path": str(gold or self.gold),
                                                               "index_version": version}}},
                         "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}})
-        checks = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data
-                  for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+        checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
         evaluation = next((e.step_materialization_data.materialization.metadata
                            for e in result.get_asset_materialization_events()
                            if e.step_materialization_data.materialization.asset_key.path[-1] == "retrieval_eval"), None)

@@ -324,7 +324,6 @@ def run_legacy(workdir: Path, time_scale: float, docs, counter, settings) -> dic
 def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_chunks: int,
                  timeout_s: float = 1800) -> dict:
     import dagster as dg
-    from dagster._core.events import DagsterEventType
 
     from bench.sim.deployment import (
         DagsterDeployment,
@@ -370,9 +369,9 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
                 event = record.dagster_event
                 if event is None:
                     continue
-                if event.event_type == DagsterEventType.RUN_STARTING:
+                if event.event_type == dg.DagsterEventType.RUN_STARTING:
                     launches.append(record.timestamp)
-                elif event.event_type == DagsterEventType.RUN_START:
+                elif event.event_type == dg.DagsterEventType.RUN_START:
                     run_starts.append(record.timestamp)
         commits = [record.timestamp for record in instance.fetch_materializations(
             dg.AssetKey("chunk_embeddings"), limit=10000).records]
@@ -425,8 +424,9 @@ def run_sensor_tick(workdir: Path, paths: list[Path]) -> dict:
     inbox.mkdir(parents=True)
     for path in paths:
         shutil.copyfile(path, inbox / path.name)
+    # Settle 0: the files were copied just now and the tick is timed at once.
     settings = PlatformSettings(home=str(root), inbox=str(inbox), duckdb_path=str(root / "index.duckdb"),
-                                header_source="structural")
+                                header_source="structural", inbox_settle_s=0)
     defs = build_definitions(settings)
     sensor = defs.resolve_sensor_def("new_documents")
     (root / "dagster_home").mkdir()

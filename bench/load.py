@@ -1,9 +1,10 @@
 """Load benchmark: the inbox sensor over many documents, and dense/hybrid search over a large store.
 
-1. Inbox: `--docs` small text/markdown files in a temporary inbox, a real temporary Dagster instance
-   (sqlite storage) and the real `new_documents` sensor. Timed: the first tick (every file new), the
-   partitions it requests being added, a tick with nothing changed, a tick with one file changed, and
-   listing the `documents` partitions.
+1. Inbox: `--docs` small text/markdown files (modified an hour ago, so settled) in a temporary inbox,
+   a real temporary Dagster instance (sqlite storage) and the real `new_documents` sensor with its state
+   in the DuckDB store. Timed: the first tick (every file new), the partitions it requests being added,
+   ticks with nothing changed (median of 3; with the cursor's size and the entries each tick wrote), a
+   tick with one file changed, and listing the `documents` partitions.
 2. Store: `--chunks` synthetic chunks (`--dim` dimensions, like all-MiniLM-L6-v2) written through
    the store's own write path (`replace_document`, `--chunks-per-doc` chunks per document), on each
    back-end of `--backends` (DuckDB file; Postgres + pgvector HNSW from pgserver in a temp dir).
@@ -51,9 +52,11 @@ def ms(seconds: float) -> float:
 # ---- 1. inbox sensor --------------------------------------------------------------------------
 
 
-def write_inbox(inbox: Path, n_docs: int, per_folder: int = 200) -> list[Path]:
-    """`n_docs` small files, alternately .md and .txt, `per_folder` to a sub-folder."""
+def write_inbox(inbox: Path, n_docs: int, per_folder: int = 200, age_s: float = 3600.0) -> list[Path]:
+    """`n_docs` small files, alternately .md and .txt, `per_folder` to a sub-folder, last modified
+    `age_s` ago (files that have long settled, as in an inbox that is already full)."""
     paths = []
+    then = time.time_ns() - int(age_s * 1e9)
     for i in range(n_docs):
         folder = inbox / f"team-{i // per_folder:03d}"
         if i % per_folder == 0:
@@ -64,36 +67,40 @@ def write_inbox(inbox: Path, n_docs: int, per_folder: int = 200) -> list[Path]:
         else:
             path = folder / f"report-{i:05d}.md"
             path.write_text(f"# Report {i}\n\n## Summary\n\nRevenue of unit {i} grew {i % 17} percent.\n")
+        os.utime(path, ns=(then, then))
         paths.append(path)
     return paths
 
 
-def run_sensor(n_docs: int, workdir: Path) -> dict:
+def run_sensor(n_docs: int, workdir: Path, unchanged_ticks: int = 3) -> dict:
     import dagster as dg
 
     from contextual_assets.defs.definitions import build_definitions, build_resources
     from contextual_assets.defs.resources import clear_store_cache
-    from contextual_assets.ingest.inbox import InboxState, scan_inbox
+    from contextual_assets.ingest.inbox import open_inbox
     from contextual_assets.settings import PlatformSettings
 
     inbox = workdir / "inbox"
     started = time.perf_counter()
     paths = write_inbox(inbox, n_docs)
     write_s = time.perf_counter() - started
+    # The default settle delay (CTX_INBOX_SETTLE_S): the files are older than it, so taken at once.
     settings = PlatformSettings(home=str(workdir / ".ctx"), inbox=str(inbox),
                                 duckdb_path=str(workdir / ".ctx" / "index.duckdb"), header_source="structural")
     defs = build_definitions(settings)
     sensor = defs.resolve_sensor_def("new_documents")
     store_resource = build_resources(settings)["store"]
-    store_resource.open()  # migrate the store outside the timed ticks
+    store = store_resource.open()  # migrate the store outside the timed ticks
+    source = open_inbox(settings.inbox)
     (workdir / "dagster_home").mkdir(parents=True, exist_ok=True)
-    result: dict = {"documents": n_docs, "write_inbox_s": round(write_s, 2),
+    result: dict = {"documents": n_docs, "write_inbox_s": round(write_s, 2), "settle_s": settings.inbox_settle_s,
                     "dagster_storage": "sqlite (DagsterInstance.local_temp)", "store": "duckdb"}
     with dg.DagsterInstance.local_temp(str(workdir / "dagster_home")) as instance:
         cursor: str | None = None
 
-        def tick(name: str):
+        def tick() -> dict:
             nonlocal cursor
+            before = store.inbox_entries(source.location)
             t0 = time.perf_counter()
             with dg.build_sensor_context(instance_ref=instance.get_ref(), cursor=cursor,
                                          resources={"store": store_resource}, definitions=defs) as context:
@@ -108,17 +115,25 @@ def run_sensor(n_docs: int, workdir: Path) -> dict:
                     for key in request.partition_keys:
                         instance.delete_dynamic_partition(request.partitions_def_name, key)
             t2 = time.perf_counter()
-            cursor = data.cursor
-            result[name] = {"tick_s": round(t1 - t0, 3), "apply_partitions_s": round(t2 - t1, 3),
-                            "run_requests": len(data.run_requests or []), "partitions_added": added}
-            return data
+            cursor = data.cursor or cursor
+            after = store.inbox_entries(source.location)
+            # Entries this tick wrote (new, changed or dropped), read back from the store outside the timing.
+            written = sum(before.get(path) != row for path, row in after.items()) + len(set(before) - set(after))
+            return {"tick_s": round(t1 - t0, 3), "apply_partitions_s": round(t2 - t1, 3),
+                    "run_requests": len(data.run_requests or []), "partitions_added": added,
+                    "cursor_bytes": len(cursor or ""), "entries_written": written}
 
-        tick("first_tick")
-        tick("unchanged_tick")
+        result["first_tick"] = tick()
+        unchanged = [tick() for _ in range(max(1, unchanged_ticks))]
+        result["unchanged_tick"] = {**unchanged[len(unchanged) // 2],
+                                    "tick_s": round(statistics.median(t["tick_s"] for t in unchanged), 3),
+                                    "tick_s_each": [t["tick_s"] for t in unchanged],
+                                    "entries_written": max(t["entries_written"] for t in unchanged)}
         changed = paths[len(paths) // 2]
         changed.write_text(changed.read_text() + "\nAmended.\n")
-        os.utime(changed, ns=(time.time_ns(), time.time_ns() + 1_000_000))
-        tick("one_changed_tick")
+        then = time.time_ns() - 30 * 1_000_000_000  # changed a while ago: settled, so taken this tick
+        os.utime(changed, ns=(then, then))
+        result["one_changed_tick"] = tick()
 
         timings, partitions = [], []
         for _ in range(5):
@@ -128,22 +143,22 @@ def run_sensor(n_docs: int, workdir: Path) -> dict:
         result["list_partitions"] = {"partitions": len(partitions), "median_s": round(statistics.median(timings), 4),
                                      "max_s": round(max(timings), 4), "runs": len(timings)}
 
-        # Where a tick's time goes: the inbox scan alone, cold (hash everything) and warm (stat only).
+        # Where an unchanged tick's time goes: listing the folder (stat only) and reading the state.
         t0 = time.perf_counter()
-        state, _ = scan_inbox(inbox, InboxState())
+        listing = source.list()
         t1 = time.perf_counter()
-        scan_inbox(inbox, state)
+        rows = store.inbox_entries(source.location)
         t2 = time.perf_counter()
-        result["scan_inbox"] = {"cold_s": round(t1 - t0, 3), "warm_s": round(t2 - t1, 3),
-                                "cursor_bytes": len(cursor or "")}
-        result["sources_registered"] = len(store_resource.open().list_sources())
-        # The tick registers each new source in its own store transaction; the same records in one
-        # `register_sources` transaction, on a fresh store, for comparison.
+        result["unchanged_parts"] = {"list_inbox_s": round(t1 - t0, 3), "read_state_s": round(t2 - t1, 3),
+                                     "files": len(listing.files), "entries": len(rows)}
+        result["sources_registered"] = len(store.list_sources())
+        # For comparison: the same sources registered in one `register_sources` transaction on a fresh store
+        # (what the first tick does, as part of its time).
         from contextual_assets.models import SourceRecord
         from contextual_assets.store import open_store
 
         bulk_store = open_store(None, workdir / "bulk-sources.duckdb")
-        records = [SourceRecord(doc_id=e.key, path=e.path, file_hash=e.sha256) for e in state.entries.values()]
+        records = [SourceRecord(doc_id=r.doc_id, path=r.path, file_hash=r.revision) for r in rows.values()]
         t0 = time.perf_counter()
         bulk_store.register_sources(records)
         result["register_sources_bulk_s"] = round(time.perf_counter() - t0, 3)
@@ -391,16 +406,24 @@ def run(n_docs: int, n_chunks: int, dim: int, n_queries: int, per_doc: int, back
 def print_table(result: dict) -> None:
     sensor = result.get("sensor")
     if sensor:
-        print(f"\ninbox sensor, {sensor['documents']} documents ({sensor['dagster_storage']}, store {sensor['store']})")
+        print(f"\ninbox sensor, {sensor['documents']} documents ({sensor['dagster_storage']}, store {sensor['store']}, "
+              f"settle {sensor['settle_s']:g} s)")
         for name in ("first_tick", "unchanged_tick", "one_changed_tick"):
             t = sensor[name]
             print(f"  {name:18s} tick {t['tick_s']:8.3f} s  + add partitions {t['apply_partitions_s']:7.3f} s  "
-                  f"run requests {t['run_requests']:6d}  partitions added {t['partitions_added']}")
+                  f"run requests {t['run_requests']:6d}  partitions added {t['partitions_added']:6d}  "
+                  f"entries written {t['entries_written']:6d}  cursor {t['cursor_bytes']} bytes")
         lp = sensor["list_partitions"]
         print(f"  list partitions ({lp['partitions']}): median {lp['median_s']:.4f} s over {lp['runs']} calls")
-        sc = sensor["scan_inbox"]
-        print(f"  scan_inbox alone: cold {sc['cold_s']:.3f} s, warm {sc['warm_s']:.3f} s; cursor {sc['cursor_bytes']} bytes")
+        up = sensor["unchanged_parts"]
+        print(f"  an unchanged tick's parts: list the inbox {up['list_inbox_s']:.3f} s, read the state "
+              f"({up['entries']} entries) {up['read_state_s']:.3f} s")
         print(f"  the same sources in one register_sources transaction: {sensor['register_sources_bulk_s']:.3f} s")
+        u = sensor["unchanged_tick"]
+        print("\n| scenario | files | tick s (median) | cursor bytes | entries written |")
+        print("|---|---|---|---|---|")
+        print(f"| unchanged tick, {sensor['store']} | {sensor['documents']} | {u['tick_s']:.3f} | {u['cursor_bytes']} | "
+              f"{u['entries_written']} |")
     stores = result.get("stores")
     if stores:
         cfg = result["config"]

@@ -1,4 +1,5 @@
-"""Errors a user can cause. Each carries a message that names the file and the reason."""
+"""Errors a user can cause, or a service that is down. Each carries a message that names the file (or
+the service) and the reason."""
 
 from __future__ import annotations
 
@@ -30,3 +31,16 @@ class StoreError(ContextualError):
 
 class StaleDocumentError(StoreError):
     """A run's document is no longer the registered one (changed or removed meanwhile)."""
+
+
+class DependencyUnavailable(ContextualError):
+    """A service the operation needs (the database, the header fleet, the search service) cannot be
+    reached: nothing is wrong with the request, it may pass once the service is back (`ctx` exits 3)."""
+
+
+class StoreUnavailable(StoreError, DependencyUnavailable):
+    """The chunk store's database cannot be reached."""
+
+
+class FleetUnavailable(ConfigurationError, DependencyUnavailable):
+    """A header replica does not answer. A ConfigurationError too, as discovery failures were before."""

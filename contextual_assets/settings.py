@@ -36,7 +36,18 @@ class PlatformSettings(BaseSettings):
                                       extra="ignore", validate_default=True)
 
     home: str = Field(".ctx", description="a directory for the embedded store and Dagster's home")
-    inbox: str = Field("inbox", description="the folder the new_documents sensor watches")
+    inbox: str = Field("inbox", description="the folder or object-store URL (s3://bucket/prefix, any fsspec URL) "
+                                            "the new_documents sensor watches")
+    inbox_settle_s: float = Field(5.0, ge=0, description="seconds >= 0 a new or changed inbox file must stay "
+                                                         "unchanged before it is taken (0: at once)")
+    inbox_retry_limit: int = Field(3, ge=0, description="an integer >= 0 (times the sensor re-requests a document "
+                                                        "whose run failed before it gives up)")
+    inbox_retry_base_s: float = Field(60.0, ge=0, description="seconds >= 0 before the first re-request of a failed "
+                                                              "document (doubled for each further one)")
+    ingest_retries: int = Field(2, ge=0, description="an integer >= 0 (in-run retries of an ingest step that "
+                                                     "failed for a retryable reason)")
+    ingest_retry_delay_s: float = Field(10.0, ge=0, description="seconds >= 0 before the first in-run retry "
+                                                                "(doubled for each further one)")
     database_url: str = Field("", validation_alias="DATABASE_URL",
                               description="a postgresql:// URL (empty: the embedded DuckDB file)")
     duckdb_path: str = Field("", description="a file path (empty: <CTX_HOME>/index.duckdb)")

@@ -9,9 +9,36 @@ import logging
 import os
 import sys
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+EXIT_CODES_HELP = """exit codes:
+  0  done (every document ingested; the gate passed)
+  1  some documents failed, or the gate blocked the candidate
+  2  usage or configuration: a bad argument or setting, a missing file (the message names what to change)
+  3  a dependency is unavailable: the database, the header fleet, or the search service (CTX_SEARCH_URL)"""
 # Search answers that mean the request or the settings must change (exit 2), not that nothing was found.
 _USAGE_STATUSES = (400, 401, 403, 413, 422)
+# Search answers from a service that is up while what it needs is not (e.g. the reranker).
+_UNAVAILABLE_STATUSES = (502, 503, 504)
+# Libraries that log below WARNING on their own loggers (bm25s sets DEBUG on itself), or warn per retry.
+_NOISY_LOGGERS = {"bm25s": logging.WARNING, "sentence_transformers": logging.WARNING,
+                  "transformers": logging.WARNING, "httpx": logging.WARNING, "httpcore": logging.WARNING,
+                  "urllib3": logging.WARNING, "huggingface_hub": logging.WARNING, "filelock": logging.WARNING,
+                  "psycopg.pool": logging.ERROR}
+
+
+def configure_logging() -> None:
+    """Library logs go to stderr, WARNING and up, whatever level a library gives its own logger: stdout
+    carries only what a command prints (results, --json). Dagster's run logs have their own logger."""
+    root = logging.getLogger()
+    if not any(getattr(h, "ctx_cli", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)  # on the handler too: a logger set to DEBUG still propagates here
+        handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+        handler.ctx_cli = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    for name, level in _NOISY_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)
 
 
 def _settings():
@@ -90,7 +117,7 @@ def _weights_warnings(resources, store) -> list[str]:
     """The served model name now serves other weights than an index version recorded (ingest builds a
     new version; said here too, since the run's own warning is not printed)."""
     from contextual_assets.defs.build_targets import weights_changes
-    from contextual_assets.errors import ContextualError
+    from contextual_assets.errors import ContextualError, DependencyUnavailable
     from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
 
     headers = resources["headers"]
@@ -99,8 +126,10 @@ def _weights_warnings(resources, store) -> list[str]:
             return []
         served = DEFAULT_DISCOVERY.resolve_fleet(headers.fleet_config()).name
         return weights_changes(store, served, headers.identity()["header_model"], _current_version(resources))
+    except DependencyUnavailable:
+        raise  # a replica is down: every document's run would fail on it (exit 3, before any run)
     except ContextualError:
-        return []  # the fleet is unreachable: every document's run reports it
+        return []  # e.g. no usable model: every document's run reports it
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -118,14 +147,21 @@ def cmd_search(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if settings.search_url:
         # A running service: this process imports neither torch nor Dagster.
-        from contextual_assets.serving.client import SearchClient, SearchServiceError
+        from contextual_assets.serving.client import (
+            SearchClient,
+            SearchServiceError,
+            SearchServiceUnavailable,
+        )
 
         try:
             client = SearchClient(settings.search_url, os.environ.get(settings.search_token_env) or None)
             response = client.search(request)
+        except SearchServiceUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
         except SearchServiceError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE if exc.status is None or exc.status in _USAGE_STATUSES else EXIT_FAILED
+            return _search_exit(exc.status)
     else:
         from contextual_assets.serving.service import SearchError, service_from_settings
 
@@ -134,7 +170,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             response = service.search(request)
         except SearchError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE if exc.status in _USAGE_STATUSES else EXIT_FAILED
+            return _search_exit(exc.status)
         finally:
             service.store.close()
     hits = response.hits
@@ -153,6 +189,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not hits:
         print("no results", file=sys.stderr)
     return EXIT_OK
+
+
+def _search_exit(status: int | None) -> int:
+    """A refused search's exit code: no status (a bad URL or token) or a request/setting to change: 2; a
+    dependency of the service down: 3; anything else (e.g. no such version): 1."""
+    if status is None or status in _USAGE_STATUSES:
+        return EXIT_USAGE
+    return EXIT_UNAVAILABLE if status in _UNAVAILABLE_STATUSES else EXIT_FAILED
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -197,6 +241,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     for version in versions:
         version["coverage"] = coverage_of(store, version["index_version"], live).metadata()
     lag = production_lag(store)
+    # The candidate: what the current settings build, while it is not what production serves.
+    candidate = None
+    if current is not None and current != production:
+        candidate = {"index_version": current, "coverage": coverage_of(store, current, live).metadata()}
     status = {
         "store": store.location,
         "schema_version": store.schema_version(),
@@ -205,10 +253,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         "header_warning": warning,
         "current_index_version": current,
         "production": production,
+        "candidate": candidate,
         "sources": len(store.list_sources()),
         # What production misses of the registered documents (ingest keeps it fresh while it can).
         "production_lag": lag.metadata() | {"index_version": lag.index_version} if lag is not None else None,
         "index_versions": versions,
+        "fleet": fleet_health(resources["headers"]) if source == "openai" else None,
     }
     if args.json:
         print(json.dumps(status, indent=2))
@@ -219,12 +269,62 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"{'note':22s} {warning}")
     if lag is not None and not lag.complete:
         print(f"{'production lag':22s} {lag.summary('production')}")
+    if candidate is not None:
+        cov = candidate["coverage"]
+        print(f"{'candidate':22s} {current} covers {cov['covered']}/{cov['live']} live "
+              "(`ctx eval` promotes it if the gate passes)")
     for v in versions:
         fp, cov = v["fingerprint"], v["coverage"]
+        role = " [production]" if v["index_version"] == production else " [candidate]" if v["index_version"] == current \
+            else ""
         print(f"  {v['index_version']}  {v['documents']:4d} docs {v['chunks']:6d} chunks  "
               f"{fp['header_source']}/{fp['header_model']} {fp['embedder']} {fp['chunker']}  "
-              f"covers {cov['covered']}/{cov['live']} live")
+              f"covers {cov['covered']}/{cov['live']} live{role}")
+    for replica in status["fleet"] or []:
+        if replica["reachable"]:
+            load = (f"  running {replica['running']:g} waiting {replica['waiting']:g}"
+                    if replica["running"] is not None and replica["waiting"] is not None else "")
+            print(f"{'fleet':22s} {replica['base_url']}  up  {', '.join(replica['models']) or 'no models'}{load}")
+        else:
+            print(f"{'fleet':22s} {replica['base_url']}  DOWN  {replica['error']}")
     return EXIT_OK
+
+
+def fleet_health(headers, timeout_s: float = 2.0) -> list[dict]:
+    """Each replica: reachable or not (`/v1/models`), what it serves, and from vLLM's `/metrics` its
+    running and waiting requests when it exposes them. A short timeout and no exception: a down
+    replica is a row that says so."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    config = headers.fleet_config()
+
+    def probe(replica) -> dict:
+        import httpx
+
+        from contextual_assets.fleet.discovery import fetch_models
+        from contextual_assets.fleet.vllm_metrics import metrics_url, parse_vllm_metrics
+
+        row = {"base_url": replica.base_url, "reachable": False, "models": [], "running": None, "waiting": None,
+               "error": None}
+        try:
+            row["models"] = [m.describe() for m in fetch_models(replica.base_url, config.api_key_for(replica),
+                                                                 timeout_s=timeout_s)]
+            row["reachable"] = True
+        except Exception as exc:  # noqa: BLE001 - refused, timeout, HTTP error, bad JSON: all "down" here
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+            return row
+        try:
+            response = httpx.get(metrics_url(replica.base_url), timeout=timeout_s)
+            if response.status_code == 200:
+                values = parse_vllm_metrics(response.text)
+                row["running"] = values.get("vllm:num_requests_running")
+                row["waiting"] = values.get("vllm:num_requests_waiting")
+        except Exception:  # noqa: BLE001, S110 - no /metrics (llama.cpp, a proxy): the counts stay unknown
+            pass
+        return row
+
+    with ThreadPoolExecutor(max_workers=min(8, len(config.replicas))) as pool:
+        return list(pool.map(probe, config.replicas))
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
@@ -238,7 +338,14 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Run `evaluate_and_promote` (retrieval_eval, its checks, promoted_index) in this process."""
+    from contextual_assets.errors import ConfigurationError
+    from eval_assets.gold.gold_set import load_gold
+
     settings = _settings()
+    gold_path = args.gold or settings.gold_path
+    if not gold_path:
+        raise ConfigurationError("no gold file: pass --gold or set CTX_GOLD_FILE")
+    load_gold(gold_path)  # a missing or malformed file is a usage error (2), found before any run
     from contextual_assets.app.ingest_runs import ensure_dagster_home
 
     ensure_dagster_home(settings.home)
@@ -247,29 +354,109 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from contextual_assets.defs.definitions import build_definitions
     from contextual_assets.defs.resources import build_resources
 
+    resources = build_resources(settings)
+    store = resources["store"].open()  # the database down: exit 3 here, not a failed run
+    alias = resources["gate"].alias
+    # The candidate's version needs the header fleet (its served weights): a down fleet exits 3 here.
+    candidate = args.version or _current_version(resources)
+    before = store.get_alias(alias)
     defs = build_definitions(settings)
-    config = {"gold_path": args.gold, "index_version": args.version}
+    config = {"gold_path": gold_path, "index_version": args.version}
     with dg.DagsterInstance.get() as instance:
         result = defs.resolve_job_def("evaluate_and_promote").execute_in_process(
             instance=instance, raise_on_error=False, run_config={
                 "ops": {"retrieval_eval": {"config": config}},
                 "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}})
-    evaluations = [e.asset_check_evaluation_data for e in result.all_events
-                   if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-    for check in evaluations:
-        print(f"check {check.check_name:20s} {'passed' if check.passed else 'FAILED'}")
-    materialized = {e.step_materialization_data.materialization.asset_key.to_user_string():
-                    e.step_materialization_data.materialization for e in result.get_asset_materialization_events()}
-    if "retrieval_eval" not in materialized:
-        from contextual_assets.app.ingest_runs import failure_message
+    report = evaluation_report(result, candidate, before, store.get_alias(alias))
+    code = _evaluation_exit(result, report)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return code
+    for check in report["checks"]:
+        print(f"check {check['name']:20s} {'passed' if check['passed'] else 'FAILED'}")
+    if report["error"]:
+        print(f"error: {report['error']}", file=sys.stderr)
+    elif report["evaluated"] and not report["gate_passed"]:
+        print(f"gate blocked {report['candidate']}: {report['gate_reasons']}", file=sys.stderr)
+    if report["comparison"]:
+        print(report["comparison"])
+    print(f"production -> {report['production_after'] or 'none'}")
+    return code
 
-        print(f"error: {failure_message(result)}", file=sys.stderr)
-        return EXIT_FAILED
-    print(materialized["retrieval_eval"].metadata["comparison"].value)
-    store = build_resources(settings)["store"].open()
-    print(f"production -> {store.get_alias('production') or 'none'}")
-    gate = next((c for c in evaluations if c.check_name == "eval_gate"), None)
-    return EXIT_OK if gate is not None and gate.passed else EXIT_FAILED
+
+def _plain(value):
+    """A metadata value as plain JSON (numbers, strings, lists, objects); anything else as its text."""
+    import math
+
+    import dagster as dg
+
+    value = value.value if isinstance(value, dg.MetadataValue) else value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def evaluation_report(result, candidate: str, before: str | None, after: str | None) -> dict:
+    """What `ctx eval --json` prints: the candidate, production before and after, whether the gate
+    passed and the candidate was promoted, every check, and the evaluation's metrics."""
+    from contextual_assets.app.ingest_runs import failure_message
+
+    checks = [{"name": c.check_name, "passed": c.passed, "severity": c.severity.value,
+               "metadata": {k: _plain(v) for k, v in c.metadata.items()}} for c in result.get_asset_check_evaluations()]
+    evaluation = next((e.materialization.metadata for e in result.get_asset_materialization_events()
+                       if e.materialization.asset_key.to_user_string() == "retrieval_eval"), None)
+    gate = next((c for c in checks if c["name"] == "eval_gate"), None)
+    metadata = {k: _plain(v) for k, v in (evaluation or {}).items()}
+    return {
+        "candidate": metadata.get("candidate_version") or candidate,
+        "production_before": before,
+        "production_after": after,
+        "evaluated": evaluation is not None,
+        "gate_passed": bool(gate and gate["passed"]),
+        "promoted": bool(result.asset_materializations_for_node("promoted_index")),
+        "gate_reasons": metadata.get("gate_reasons"),
+        "checks": checks,
+        # The numbers the gate compared (per mode and metric, coverage, gold health), the table as text.
+        "metrics": {k: v for k, v in metadata.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+        "comparison": metadata.get("comparison"),
+        # Why the evaluation or the promotion did not happen; a blocked gate says why in gate_reasons.
+        "error": None if result.success or (evaluation is not None and gate is not None and not gate["passed"])
+        else failure_message(result),
+    }
+
+
+def _evaluation_exit(result, report: dict) -> int:
+    """0: the gate passed and production is the candidate; 1: the gate blocked (or promotion failed);
+    3: the evaluation could not run for a dependency; 2: it could not run for something to change."""
+    from contextual_assets.app.ingest_runs import failure_cause
+
+    if report["evaluated"]:
+        return EXIT_OK if report["gate_passed"] and report["promoted"] else EXIT_FAILED
+    cause = failure_cause(result)
+    if cause in _error_names(dependency=True):
+        return EXIT_UNAVAILABLE
+    # dg.Failure is the assets' one-line, user-facing refusal (no chunks, an embedder that cannot load).
+    return EXIT_USAGE if cause == "Failure" or cause in _error_names(dependency=False) else EXIT_FAILED
+
+
+def _error_names(dependency: bool) -> set[str]:
+    """Class names of the project's errors: the DependencyUnavailable ones, or the others (a failed
+    step records what it raised by name only)."""
+    from contextual_assets.errors import ContextualError, DependencyUnavailable
+
+    names, pending = set(), [ContextualError]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if issubclass(cls, DependencyUnavailable) == dependency:
+            names.add(cls.__name__)
+    return names
 
 
 def _port(text: str) -> int:
@@ -279,16 +466,22 @@ def _port(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctx", description="Contextual-retrieval ingestion platform")
-    sub = parser.add_subparsers(dest="command", required=True)
-    ingest = sub.add_parser("ingest", help="ingest files or folders through the Dagster assets")
+    parser = argparse.ArgumentParser(prog="ctx", description="Contextual-retrieval ingestion platform",
+                                     epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do:")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".", epilog=EXIT_CODES_HELP,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    ingest = command("ingest", "ingest files or folders through the Dagster assets")
     ingest.add_argument("paths", nargs="+", help="files or folders; a file is keyed by its path relative to the "
                         "inbox, else to CTX_SOURCE_ROOT (default: the current directory), else by its absolute path; "
                         "a file ingested before keeps its key")
     ingest.add_argument("--json", action="store_true", help="print per-document outcomes as JSON")
-    ingest.add_argument("-v", "--verbose", action="store_true", help="show Dagster's run logs")
+    ingest.add_argument("-v", "--verbose", action="store_true", help="show Dagster's run logs (on stderr)")
     ingest.set_defaults(func=cmd_ingest)
-    search = sub.add_parser("search", help="search the index")
+    search = command("search", "search the index")
     search.add_argument("query", help="the question or keywords to search for")
     search.add_argument("-k", type=int, default=5, help="how many hits to show (default: 5)")
     search.add_argument("--mode", choices=["hybrid", "dense", "lexical"], default="hybrid",
@@ -300,35 +493,41 @@ def build_parser() -> argparse.ArgumentParser:
                              "CTX_RERANK_MODEL_DIR is set)")
     search.add_argument("--json", action="store_true", help="print the hits as JSON")
     search.set_defaults(func=cmd_search)
-    serve = sub.add_parser("serve", help="serve search over HTTP (POST /search, GET /versions, GET /healthz)")
+    serve = command("serve", "serve search over HTTP (POST /search, GET /versions, GET /healthz)")
     serve.add_argument("--host", default="", help="address to bind (default: CTX_SERVE_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=0, help="port (default: CTX_SERVE_PORT, 8765)")
     serve.set_defaults(func=cmd_serve)
-    rollback = sub.add_parser("rollback", help="point the production alias back at its previous version")
+    rollback = command("rollback", "point the production alias back at its previous version")
     rollback.add_argument("--alias", default="production", help="the alias to move back (default: production)")
     rollback.add_argument("--reason", default="manual rollback", help="recorded in the alias history")
     rollback.set_defaults(func=cmd_rollback)
-    evaluate = sub.add_parser("eval", help="evaluate the candidate index against production; promote if the gate passes")
-    evaluate.add_argument("--gold", default="", help="gold file (default: CTX_GOLD_FILE)")
+    evaluate = command("eval", "evaluate the candidate index against production; promote it if the gate passes "
+                       "(exit 0 passed, 1 blocked)")
+    evaluate.add_argument("--gold", default="", help="gold file, JSONL or YAML (default: CTX_GOLD_FILE)")
     evaluate.add_argument("--version", default="", help="candidate index version (default: current settings)")
+    evaluate.add_argument("--json", action="store_true",
+                          help="print the candidate, production before and after, the gate, every check and the "
+                               "metrics as one JSON object")
     evaluate.set_defaults(func=cmd_evaluate)
-    status = sub.add_parser("status", help="store, settings and index versions")
+    status = command("status", "store, settings, index versions with their coverage, the candidate, and the "
+                     "header fleet's health")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=cmd_status)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    for noisy in ("sentence_transformers", "transformers", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    args = build_parser().parse_args(argv)  # a usage error exits 2 here (argparse)
+    configure_logging()
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from contextual_assets.errors import ContextualError
+    from contextual_assets.errors import ContextualError, DependencyUnavailable
 
     try:
         return args.func(args)
+    except DependencyUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except ContextualError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

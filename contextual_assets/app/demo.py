@@ -5,6 +5,9 @@ the Dagster instance `make ui` opens, so its partitions and asset checks are the
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import sys
 from pathlib import Path
@@ -47,12 +50,24 @@ def main() -> int:
     # Last, so the output ends with the gate's decision and where production points.
     with sample_gold_file() as gold:
         print(f"\n$ ctx eval --gold {gold.name}")
-        code = ctx_main(["eval", "--gold", str(gold)])
-    production = store.get_alias("production")
-    print(f"\ngate: {'passed' if code == 0 else 'BLOCKED'} for {version}")
-    print(f"production -> {production or 'not set'}")
-    return 0 if code == 0 and production == version else 1
-
+        captured = io.StringIO()
+        with contextlib.redirect_stdout(captured):
+            code = ctx_main(["eval", "--gold", str(gold), "--json"])
+    report = json.loads(captured.getvalue())
+    for check in report["checks"]:
+        print(f"check {check['name']:22s} {'passed' if check['passed'] else 'FAILED'}")
+    if report["comparison"]:
+        print(f"\n{report['comparison']}\n")
+    if report["error"]:
+        print(f"demo: the evaluation did not run: {report['error']}", file=sys.stderr)
+    before, after = report["production_before"], report["production_after"]
+    if report["gate_passed"]:
+        moved = "promoted" if report["promoted"] and before != after else "already production"
+        print(f"gate: passed for {report['candidate']} ({moved}; production was {before or 'not set'})")
+    else:
+        print(f"gate: BLOCKED {report['candidate']}: {report['gate_reasons'] or report['error']}")
+    print(f"production -> {after or 'not set'}")
+    return code
 
 if __name__ == "__main__":
     sys.exit(main())

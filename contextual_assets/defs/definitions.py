@@ -6,7 +6,7 @@ import sys
 
 import dagster as dg
 
-from contextual_assets.defs.inbox_sensor import build_new_documents_sensor
+from contextual_assets.defs.inbox_sensor import InboxOptions, build_new_documents_sensor
 from contextual_assets.defs.ingest_assets import build_ingest_assets
 from contextual_assets.defs.resources import build_resources
 from contextual_assets.errors import ConfigurationError
@@ -34,10 +34,11 @@ def build_definitions(settings: PlatformSettings | None = None) -> dg.Definition
         description="List documents missing from or outdated in the promoted index version (production_freshness).",
     )
     return dg.Definitions(
-        assets=[build_ingest_assets(settings.partitions_per_run), *eval_assets_list],
+        assets=[build_ingest_assets(settings.partitions_per_run, settings.ingest_retries, settings.ingest_retry_delay_s),
+                *eval_assets_list],
         asset_checks=eval_checks,
         jobs=[ingest_job, evaluate_and_promote_job, freshness_job],
-        sensors=[build_new_documents_sensor(ingest_job, settings.inbox, settings.partitions_per_run)],
+        sensors=[build_new_documents_sensor(ingest_job, InboxOptions.from_settings(settings))],
         resources=build_resources(settings, env_vars=True),
         # One process per run, not per step: a step process costs ~3 s of imports per document.
         executor=dg.in_process_executor,

@@ -34,6 +34,7 @@ from contextual_assets.ingest.pipeline import (
     StageEvent,
     mean_header_words,
 )
+from contextual_assets.settings import PlatformSettings
 from eval_assets.resources import EvalGateResource
 
 INGEST_GROUP = "ingest"
@@ -67,7 +68,18 @@ INGEST_SPECS = [
 ASSET_OF_STAGE = {"parsed": "parsed_chunks", "headered": "chunk_headers", "committed": "chunk_embeddings"}
 
 
-def build_ingest_assets(partitions_per_run: int) -> dg.AssetsDefinition:
+def ingest_retry_policy(retries: int, delay_s: float) -> dg.RetryPolicy | None:
+    """In-run retries of the ingest step, with exponential backoff and jitter. Only failures raised with
+    `allow_retries=True` are retried (fleet, embedder, object store or store outages); a document that
+    cannot be parsed or went stale fails at once, since a retry would fail the same way."""
+    if retries <= 0:
+        return None
+    return dg.RetryPolicy(max_retries=retries, delay=delay_s, backoff=dg.Backoff.EXPONENTIAL,
+                          jitter=dg.Jitter.PLUS_MINUS if delay_s > 0 else None)
+
+
+def build_ingest_assets(partitions_per_run: int, retries: int = PlatformSettings.default("ingest_retries"),
+                        retry_delay_s: float = PlatformSettings.default("ingest_retry_delay_s")) -> dg.AssetsDefinition:
     @dg.multi_asset(
         name="ingest_document_partitions",
         specs=INGEST_SPECS,
@@ -78,6 +90,7 @@ def build_ingest_assets(partitions_per_run: int) -> dg.AssetsDefinition:
         backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=max(1, partitions_per_run)),
         description="Parse, header, embed and commit every document partition of the run, pipelined.",
         pool="ctx_ingest",
+        retry_policy=ingest_retry_policy(retries, retry_delay_s),
     )
     def ingest_document_partitions(
         context: dg.AssetExecutionContext,

@@ -7,10 +7,12 @@ order), so its documents are pipelined together against the header fleet.
 from __future__ import annotations
 
 import dagster as dg
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
+
+# The run tags that make a run cover a partition range, as backfills set them (Dagster documents them
+# as strings, not as a public constant; tests/unit/test_partition_tags.py checks them against the
+# installed Dagster so an upgrade that renames them fails there).
+ASSET_PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
+ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 documents_partitions = dg.DynamicPartitionsDefinition(name="documents")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, FleetUnavailable
 from .config import FleetConfig
 
 EMBEDDING_HINTS = ("embed", "bge-", "e5-", "gte-", "minilm", "rerank")
@@ -125,7 +125,8 @@ class ModelDiscovery:
             if usable:
                 chosen[url] = usable[0]
         if len(chosen) != len(endpoints):
-            raise ConfigurationError(
+            # A replica that does not answer is down (exit 3), one that answers without a usable model is misconfigured.
+            raise (FleetUnavailable if len(served) != len(endpoints) else ConfigurationError)(
                 f"could not discover a header model on every endpoint ({detail}); pin one with CTX_LLM_MODEL"
             )
         names = sorted({m.id for m in chosen.values()})
@@ -141,7 +142,7 @@ class ModelDiscovery:
     def _resolve_pin(self, pin: str, endpoints: dict[str, str | None], served: dict[str, list[ServedModel]],
                      detail: str, allow_mixed: bool, context_limit: int | None) -> ResolvedModel:
         if len(served) != len(endpoints):
-            raise ConfigurationError(
+            raise FleetUnavailable(
                 f"could not check CTX_LLM_MODEL={pin!r} against every endpoint ({detail}); make every endpoint "
                 "answer /v1/models"
             )

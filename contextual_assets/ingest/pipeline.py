@@ -36,6 +36,12 @@ from contextual_assets.models import (
     HeaderedChunk,
     ParsedDocument,
 )
+from contextual_assets.parsing.objects import (
+    SourceUnavailableError,
+    is_object_url,
+    object_info,
+    object_revision,
+)
 from contextual_assets.parsing.tokens import TokenCounter
 from contextual_assets.store import ChunkStore
 
@@ -204,8 +210,10 @@ class DocumentPipeline:
                                          "`ctx ingest PATH`", retryable=False)
                 continue
             try:
-                doc = parse_document(key, Path(source.path), self.counter, chunk_tokens=self.chunk_tokens,
-                                     max_bytes=self.max_bytes, max_pdf_pages=self.max_pdf_pages)
+                doc = self._parse(key, source.path)
+            except SourceUnavailableError as exc:  # the object store, not the document: worth a retry
+                self._fail(key, "parse", f"cannot read {exc}")
+                continue
             except DocumentError as exc:
                 self._fail(key, "parse", f"cannot ingest {exc.path}: {exc.reason}", retryable=False)
                 continue
@@ -229,6 +237,22 @@ class DocumentPipeline:
                 return
             except queue.Full:
                 continue
+
+    def _parse(self, key: str, location: str) -> ParsedDocument:
+        if not is_object_url(location):
+            return parse_document(key, Path(location), self.counter, chunk_tokens=self.chunk_tokens,
+                                  max_bytes=self.max_bytes, max_pdf_pages=self.max_pdf_pages)
+        from upath import UPath
+
+        # An object's revision is its ETag (what the inbox sensor registered), not a hash of the bytes:
+        # read between two looks at it, so the revision recorded is the one whose bytes were parsed.
+        before = object_revision(object_info(location))
+        doc = parse_document(key, UPath(location), self.counter, chunk_tokens=self.chunk_tokens,
+                             max_bytes=self.max_bytes, max_pdf_pages=self.max_pdf_pages)
+        if object_revision(object_info(location)) != before:
+            raise DocumentError(location, "the object changed while it was read; the run for its new revision "
+                                          "ingests it")
+        return doc.model_copy(update={"file_hash": before})
 
     # ---- headers -----------------------------------------------------------------------------
     def _admit_loop(self) -> None:

@@ -10,6 +10,14 @@ from pathlib import Path
 from ..errors import DocumentError
 from .blocks import ParsedSource
 from .code import CODE_EXTENSIONS, parse_code
+from .objects import (
+    SourceUnavailableError,
+    filesystem_for,
+    is_object_url,
+    object_info,
+    object_revision,
+    one_line,
+)
 from .pdf import DEFAULT_MAX_PDF_PAGES, parse_pdf
 from .prechunked import looks_prechunked, parse_prechunked
 from .text import parse_markdown, parse_text
@@ -29,7 +37,11 @@ def read_source(path: Path, max_bytes: int) -> bytes:
     are resolved when they are registered (inbox sensor, `ctx ingest`), so a link found here was
     swapped in afterwards and could point anywhere (outside the inbox). Size is checked on the open
     file and enforced while reading, so a file that grows after the check cannot exceed the limit.
+    An object-store URL (`s3://...`, passed as a `upath.UPath`) is read through fsspec with the same
+    limits (see `read_object`).
     """
+    if is_object_url(str(path)):
+        return read_object(str(path), max_bytes)[0]
     if os.path.islink(path):
         raise DocumentError(
             str(path), "is a symbolic link (it replaced the registered file); refused, since it may point "
@@ -49,16 +61,44 @@ def read_source(path: Path, max_bytes: int) -> bytes:
         if info.st_size == 0:
             raise DocumentError(str(path), "empty file (0 bytes)")
         if info.st_size > max_bytes:
-            raise DocumentError(str(path), _over_limit(info.st_size, max_bytes))
+            raise DocumentError(str(path), over_limit(info.st_size, max_bytes))
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise DocumentError(str(path), _over_limit(len(data), max_bytes) + " (it grew while being read)")
+        raise DocumentError(str(path), over_limit(len(data), max_bytes) + " (it grew while being read)")
     if not data:
         raise DocumentError(str(path), "empty file (0 bytes)")
     return data
 
 
-def _over_limit(size: int, max_bytes: int) -> str:
+def read_object(url: str, max_bytes: int) -> tuple[bytes, str]:
+    """An object's bytes and the revision they are (see `objects.object_revision`).
+
+    The size is checked on the object's listing entry before anything is downloaded. The read is
+    pinned to the entry it was opened with where the store allows it (s3fs reads with If-Match on the
+    ETag), so the bytes are the revision returned or the read fails."""
+    fs, path = filesystem_for(url)
+    info = object_info(url)  # the missing object and the unreachable store, each with its reason
+    size = int(info.get("size") or 0)
+    if size == 0:
+        raise DocumentError(url, "empty file (0 bytes)")
+    if size > max_bytes:
+        raise DocumentError(url, over_limit(size, max_bytes))
+    try:
+        with fs.open(path, "rb") as handle:
+            details = getattr(handle, "details", None) or info
+            data = handle.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise DocumentError(url, "object no longer exists (removed or renamed after it was registered)") from None
+    except Exception as exc:  # noqa: BLE001 - network, credentials, a changed ETag: the store, not the content
+        raise SourceUnavailableError(f"{url}: reading the object failed: {one_line(exc)}") from None
+    if len(data) > max_bytes:
+        raise DocumentError(url, over_limit(len(data), max_bytes) + " (it grew while being read)")
+    if not data:
+        raise DocumentError(url, "empty file (0 bytes)")
+    return data, object_revision(details)
+
+
+def over_limit(size: int, max_bytes: int) -> str:
     return f"file is {size / 1e6:.1f} MB, over the limit of {max_bytes / 1e6:.1f} MB (CTX_MAX_FILE_MB)"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 from pydantic import ValidationError
 
-from contextual_assets.errors import ContextualError
+from contextual_assets.errors import ContextualError, DependencyUnavailable
 
 from .api import SearchRequest, SearchResponse, VersionsResponse
 
@@ -16,6 +16,10 @@ class SearchServiceError(ContextualError):
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status
+
+
+class SearchServiceUnavailable(SearchServiceError, DependencyUnavailable):
+    """The search service does not answer (`ctx` exits 3)."""
 
 
 class SearchClient:
@@ -33,8 +37,8 @@ class SearchClient:
         try:
             response = self._client.request(method, path, json=body)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise SearchServiceError(f"search service at {self.base_url} unreachable ({type(exc).__name__}); "
-                                     "start it with `ctx serve` or unset CTX_SEARCH_URL") from None
+            raise SearchServiceUnavailable(f"search service at {self.base_url} unreachable ({type(exc).__name__}); "
+                                           "start it with `ctx serve` or unset CTX_SEARCH_URL") from None
         if response.status_code != 200:
             try:
                 detail = response.json().get("error") or response.text

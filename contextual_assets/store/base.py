@@ -4,8 +4,8 @@ documents and chunks.
 SQL is written with `?` placeholders and always parameterized; back-ends translate the
 placeholder style. Dialect-specific parts are DDL, the embedding column and dense search.
 The other concerns are mixins over the same primitives: header cache (header_cache.py),
-aliases (aliases.py), evaluation runs (eval_runs.py), the lexical index (lexical_index.py) and search
-(search.py).
+aliases (aliases.py), evaluation runs (eval_runs.py), the inbox sensor's state (inbox_state.py), the
+lexical index (lexical_index.py) and search (search.py).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..models import DocumentRecord, EmbeddedChunk, HeaderedChunk, SourceRecord
 from .aliases import AliasTable
 from .eval_runs import EvalRunTable
 from .header_cache import HeaderCacheTable
+from .inbox_state import InboxStateTable
 from .primitives import utc_now
 from .search import ChunkKey, CorpusSearch
 
@@ -32,7 +33,7 @@ _CHUNK_COLUMNS = (
 )
 
 
-class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, CorpusSearch):
+class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, InboxStateTable, CorpusSearch):
     """Chunks, headers, vectors and index versions; one atomic transaction per document."""
 
     dialect: str = "abstract"

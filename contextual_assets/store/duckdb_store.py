@@ -241,3 +241,4 @@ class DuckDBChunkStore(ChunkStore):
     save_eval_run = _retry_on_lock(ChunkStore.save_eval_run)
     ensure_lexical_index = _retry_on_lock(ChunkStore.ensure_lexical_index)
     set_eval_gate = _retry_on_lock(ChunkStore.set_eval_gate)
+    save_inbox_entries = _retry_on_lock(ChunkStore.save_inbox_entries)

@@ -50,6 +50,15 @@ _POSTINGS = """CREATE TABLE IF NOT EXISTS ctx_lexical_postings (
         ordinals INTEGER[] NOT NULL, tfs INTEGER[] NOT NULL, lengths INTEGER[] NOT NULL)"""
 _LEXICAL = [_POSTINGS, "ALTER TABLE ctx_documents ADD COLUMN lexical_tokens BIGINT"]
 
+# The inbox sensor's per-entry state (inbox_state.py), so its cursor stays small; one row per listed path.
+_INBOX_ENTRIES = [
+    """CREATE TABLE IF NOT EXISTS ctx_inbox_entries (
+        inbox TEXT NOT NULL, path TEXT NOT NULL, doc_id TEXT, size BIGINT NOT NULL, mtime_ns BIGINT NOT NULL,
+        etag TEXT, revision TEXT, first_seen DOUBLE PRECISION NOT NULL, settled_at DOUBLE PRECISION,
+        status TEXT NOT NULL, reason TEXT, requested_tick BIGINT, run_key TEXT,
+        failed_attempts INTEGER NOT NULL DEFAULT 0, next_retry DOUBLE PRECISION, PRIMARY KEY (inbox, path))""",
+]
+
 MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
     "duckdb": [
         (1, _COMMON_V1 + [
@@ -60,6 +69,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
         (3, _EVAL_AND_ALIASES),
         (4, _RECIPE),
         (5, _LEXICAL),
+        (6, _INBOX_ENTRIES),
     ],
     "postgres": [
         (1, ["CREATE EXTENSION IF NOT EXISTS vector"] + _COMMON_V1 + [
@@ -74,6 +84,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
             "CREATE INDEX IF NOT EXISTS ctx_lexical_postings_term ON ctx_lexical_postings (index_version, term)",
             "CREATE INDEX IF NOT EXISTS ctx_lexical_postings_doc ON ctx_lexical_postings (doc_id, index_version)",
         ]),
+        (6, _INBOX_ENTRIES),
     ],
 }
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreUnavailable
 from ..models import EmbeddedChunk
 from .base import ChunkStore, utc_now
 from .lexical_index import postings_rows
@@ -54,7 +54,8 @@ class PostgresChunkStore(ChunkStore):
                                         kwargs={"autocommit": True})
             self._pool.wait(timeout=30)
         except Exception as exc:
-            raise StoreError(f"cannot connect to Postgres at {redact_url(url)}: {type(exc).__name__}") from None
+            raise StoreUnavailable(f"cannot connect to Postgres at {redact_url(url)}: {type(exc).__name__}; start "
+                                   "the database or fix DATABASE_URL") from None
         self._indexed_dims: set[int] = set()
 
     def close(self) -> None:

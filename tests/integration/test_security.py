@@ -213,7 +213,7 @@ def test_cli_never_prints_the_database_password(tmp_path, pg_server):
                 "DATABASE_URL": bad, "CTX_LLM_API_KEY": KEY_SECRET})
     result = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "status"], env=env, cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2
+    assert result.returncode == 3  # a dependency down
     assert "cannot connect to Postgres" in result.stderr and "ctx_secret_user" in result.stderr
     for secret in (DB_SECRET, KEY_SECRET):
         assert secret not in result.stdout + result.stderr

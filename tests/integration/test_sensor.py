@@ -2,47 +2,91 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import sys
 import time
 
 import dagster as dg
 
 from contextual_assets.defs.definitions import build_definitions, build_resources
+from contextual_assets.defs.inbox_sensor import InboxOptions, build_new_documents_sensor
 from contextual_assets.embedding import embed_chunks
 from contextual_assets.ingest.parse import parse_document
 from contextual_assets.models import DocumentRecord
 from contextual_assets.parsing.tokens import token_counter
 
 
+class Clock:
+    """The sensor's clock in tests that wait for a retry's backoff: moved forward, never slept."""
+
+    def __init__(self):
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 class Harness:
     """Evaluates ticks like the daemon does: the cursor is carried between ticks and partition
-    requests are applied to the instance."""
+    requests are applied to the instance.
 
-    def __init__(self, settings, dagster_home):
+    The settle delay is 0 unless `settle_s` says otherwise: most tests write a file and tick at once."""
+
+    def __init__(self, settings, dagster_home, settle_s: float | None = 0.0, clock: Clock | None = None):
+        if settle_s is not None:
+            settings = settings.model_copy(update={"inbox_settle_s": settle_s})
+        self.settings = settings
         self.defs = build_definitions(settings)
         self.sensor = self.defs.resolve_sensor_def("new_documents")
+        if clock is not None:  # the same sensor, reading the test's clock
+            job = dg.define_asset_job("ingest_documents", selection=dg.AssetSelection.groups("ingest"))
+            self.sensor = build_new_documents_sensor(job, InboxOptions.from_settings(settings), clock=clock)
         self.store_resource = build_resources(settings)["store"]
         # A persistent (temporary-directory) instance, like the daemon's: the cursor and the
         # partitions live in its storage.
         dagster_home.mkdir(parents=True, exist_ok=True)
         self.instance = dg.DagsterInstance.local_temp(str(dagster_home))
         self.cursor: str | None = None
+        self.log: list[str] = []  # the last tick's log lines (what the UI shows for the tick)
 
     def tick(self, cursor: str | None = "carry"):
         # As a context manager: the instance it opens from the ref is closed (and unregistered) after.
-        with dg.build_sensor_context(
+        # The tick's logger writes to the stderr of its evaluation: kept for the test to read.
+        with contextlib.redirect_stderr(io.StringIO()) as stderr, dg.build_sensor_context(
             instance_ref=self.instance.get_ref(), cursor=self.cursor if cursor == "carry" else cursor,
             resources={"store": self.store_resource}, definitions=self.defs,
         ) as context:
             data = self.sensor.evaluate_tick(context)
+        self.log = stderr.getvalue().splitlines()
+        sys.stderr.write(stderr.getvalue())
         for request in data.dynamic_partitions_requests or []:
             if isinstance(request, dg.AddDynamicPartitionsRequest):
                 self.instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
             else:
                 for key in request.partition_keys:
                     self.instance.delete_dynamic_partition(request.partitions_def_name, key)
-        self.cursor = data.cursor
+        if data.cursor is not None:  # a skipped tick keeps the cursor it had, as the daemon does
+            self.cursor = data.cursor
         return data
+
+    def launch(self, data) -> list[dg.ExecuteInProcessResult]:
+        """Execute a tick's run requests as the daemon would launch them (same tags), in this process."""
+        job = self.defs.resolve_job_def("ingest_documents")
+        results = []
+        for request in data.run_requests:
+            kwargs = {"partition_key": request.partition_key} if request.partition_key else {}
+            results.append(job.execute_in_process(
+                instance=self.instance, tags=request.tags, raise_on_error=False,
+                run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}, **kwargs))
+        return results
+
+    def logged(self, text: str) -> list[str]:
+        return [line for line in self.log if text in line]
 
     def partitions(self) -> set[str]:
         return set(self.instance.get_dynamic_partitions("documents"))
@@ -159,3 +203,246 @@ def test_missing_inbox_purges_nothing(tmp_path, settings_factory):
     data = harness.tick()
     assert data.skip_message and "missing" in data.skip_message
     assert harness.partitions() == {"a.md"}
+
+
+# ---- refusals, settling, retries, state in the store ----------------------------------------------
+
+
+def age(path, seconds: float) -> None:
+    """Give a file a modification time `seconds` in the past (instead of sleeping)."""
+    then = time.time_ns() - int(seconds * 1e9)
+    os.utime(path, ns=(then, then))
+
+
+def entry(harness, path):
+    return harness.store_resource.open().inbox_entries(harness.settings.inbox).get(str(path.absolute()))
+
+
+def test_files_ctx_ingest_would_skip_are_refused_once_and_never_partitions(tmp_path, settings_factory):
+    from contextual_assets.parsing import SUPPORTED_EXTENSIONS
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.md").write_text("# A\n\ntext\n")
+    (inbox / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (inbox / "Makefile").write_text("all:\n")
+    (inbox / "big.txt").write_text("words " * 400_000)  # 2.4 MB
+    harness = Harness(settings_factory(max_file_mb=1.0), tmp_path / "dagster_home")
+    assert ".png" not in SUPPORTED_EXTENSIONS and ".md" in SUPPORTED_EXTENSIONS
+
+    data = harness.tick()
+    assert harness.partitions() == {"a.md"} and harness.requested(data) == ["a.md"]
+    assert len(harness.logged("photo.png: unsupported file type '.png'")) == 1
+    assert len(harness.logged("Makefile: unsupported file type '(none)'")) == 1
+    assert len(harness.logged("big.txt: file is 2.4 MB, over the limit of 1.0 MB (CTX_MAX_FILE_MB)")) == 1
+
+    # Logged once, not on every tick; never a partition.
+    again = harness.tick()
+    assert again.run_requests == [] and harness.logged("refused") == []
+    assert harness.partitions() == {"a.md"}
+
+    # A refused file that becomes acceptable is taken like a new one.
+    (inbox / "big.txt").write_text("small now\n")
+    assert harness.requested(harness.tick()) == ["big.txt"]
+
+
+def test_a_file_being_written_is_taken_only_once_it_settles(tmp_path, settings_factory):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    old = inbox / "old.md"
+    old.write_text("# Old\n\nwritten long ago\n")
+    age(old, 3600)
+    clock = Clock()
+    harness = Harness(settings_factory(), tmp_path / "dagster_home", settle_s=2.0, clock=clock)
+
+    # A file whose modification time is already older than the delay is taken at once.
+    assert harness.requested(harness.tick()) == ["old.md"]
+
+    growing = inbox / "growing.md"
+    growing.write_text("# Growing\n\nfirst half")
+    assert harness.tick().run_requests == [] and "growing.md" not in harness.partitions()
+    first = entry(harness, growing)
+    assert first.status == "settling" and first.revision is None, "not hashed while being written"
+
+    clock.advance(1.0)
+    with growing.open("a") as handle:
+        handle.write(" and the second half\n")
+    now_ns = int(clock.now * 1e9)
+    os.utime(growing, ns=(now_ns, now_ns))  # written "now" on the sensor's clock
+    assert harness.tick().run_requests == [], "changed again: the settle clock starts over"
+    assert entry(harness, growing).first_seen > first.first_seen
+
+    clock.advance(2.5)  # unchanged for longer than the delay
+    data = harness.tick()
+    assert harness.requested(data) == ["growing.md"]
+    source = harness.store_resource.open().get_source("growing.md")
+    from contextual_assets.ingest.inbox import file_sha256
+
+    assert source.file_hash == file_sha256(growing), "the whole file was taken, not the first half"
+    assert harness.tick().run_requests == []
+
+
+def test_failed_documents_are_retried_with_backoff_then_given_up(tmp_path, settings_factory):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "good.md").write_text("# Good\n\nThe tariff schedule is attached.\n")
+    bad = inbox / "bad.md"
+    bad.write_bytes(b"# Bad\n\n\x00\x00 not text")
+    clock = Clock()
+    settings = settings_factory(inbox_retry_limit=2, inbox_retry_base_s=30.0)
+    harness = Harness(settings, tmp_path / "dagster_home", clock=clock)
+
+    first = harness.tick()
+    assert sorted(harness.requested(first)) == ["bad.md", "good.md"] and len(first.run_requests) == 1
+    [run] = harness.launch(first)
+    assert not run.success  # bad.md failed; good.md committed in the same run
+
+    noticed = harness.tick()
+    assert noticed.run_requests == []
+    assert harness.logged(f"bad.md: run {run.run_id} failed; retry 1 of 2 in 30 s")
+    assert not harness.logged("good.md"), "a document the failed run committed is not retried"
+    assert harness.tick().run_requests == [] and not harness.logged("bad.md"), "a failure is counted once"
+
+    clock.advance(29)
+    assert harness.tick().run_requests == [], "not before its backoff"
+    clock.advance(2)
+    retry = harness.tick()
+    assert harness.requested(retry) == ["bad.md"] and harness.logged("bad.md: retry 1 of 2 requested")
+    run_keys = {first.run_requests[0].run_key, retry.run_requests[0].run_key}
+    assert len(run_keys) == 2, "each attempt has its own run key"
+    assert not harness.launch(retry)[0].success
+
+    harness.tick()
+    assert harness.logged("retry 2 of 2 in 60 s"), "the backoff doubles"
+    clock.advance(59)
+    assert harness.tick().run_requests == []
+    clock.advance(2)
+    second = harness.tick()
+    assert harness.requested(second) == ["bad.md"] and second.run_requests[0].run_key not in run_keys
+    assert not harness.launch(second)[0].success
+
+    harness.tick()
+    assert harness.logged("bad.md: gave up after 3 failed run(s)")
+    clock.advance(10_000)
+    assert harness.tick().run_requests == [] and not harness.logged("bad.md"), "given up: no more runs"
+    assert entry(harness, bad).status == "gave_up"
+
+    # A fixed file is a new revision: taken, requested, and its count starts over.
+    bad.write_text("# Bad, fixed\n\nNow it is text.\n")
+    fixed = harness.tick()
+    assert harness.requested(fixed) == ["bad.md"]
+    assert harness.launch(fixed)[0].success
+    assert entry(harness, bad).failed_attempts == 0
+
+
+def test_the_run_retries_retryable_failures_only(tmp_path, settings_factory):
+    from tests.support import free_port
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.md").write_text("# A\n\nThe embedding endpoint is down.\n")
+    # Nothing listens on this port: the embedder fails, which a retry may cure (an outage).
+    settings = settings_factory(embed_base_url=f"http://127.0.0.1:{free_port()}/v1", embed_model="m",
+                                ingest_retries=2, ingest_retry_delay_s=0.0)
+    harness = Harness(settings, tmp_path / "dagster_home")
+    [outage] = harness.launch(harness.tick())
+    assert not outage.success
+    retried = [e for e in outage.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert len(retried) == 2, "retried up to CTX_INGEST_RETRIES"
+
+    # Content that cannot be parsed fails the same way every time: no retry.
+    (inbox / "binary.md").write_bytes(b"\x00\x01\x02 not text")
+    [broken] = harness.launch(harness.tick())
+    assert not broken.success
+    assert [e for e in broken.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"] == []
+    failure = next(e for e in broken.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "binary content" in failure.step_failure_data.user_failure_data.description
+
+
+def test_state_lives_in_the_store_and_the_cursor_stays_small(tmp_path, settings_factory):
+    from contextual_assets.ingest.inbox import (
+        Registry,
+        TickSettings,
+        open_inbox,
+        plan_tick,
+    )
+
+    inbox = tmp_path / "inbox"
+    for i in range(300):
+        folder = inbox / f"team-{i // 100}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"note {i:03d}.txt").write_text(f"Note {i}.\n")
+    harness = Harness(settings_factory(), tmp_path / "dagster_home")
+    first = harness.tick()
+    assert len(harness.requested(first)) == 300
+    cursor = harness.cursor
+    assert len(cursor) < 120 and "note" not in cursor, "the cursor holds no per-file state"
+    store = harness.store_resource.open()
+    rows = store.inbox_entries(harness.settings.inbox)
+    assert len(rows) == 300 and all(r.status == "requested" and r.revision for r in rows.values())
+
+    # An unchanged inbox: nothing to hash, nothing to write, nothing to request.
+    source = open_inbox(harness.settings.inbox)
+    settings = TickSettings(now=time.time(), tick=2, committed_tick=1, settle_s=0, max_bytes=10**8, retry_limit=3)
+    plan = plan_tick(source, source.list(), rows, harness.partitions(),
+                     Registry(lambda: {}, lambda _: set()), settings)
+    assert plan.rows == rows and not (plan.taken or plan.requests or plan.deletes or plan.removed)
+    assert harness.tick().run_requests == [] and len(harness.cursor) < 120
+
+    # A tick whose cursor was never committed (the daemon stopped before launching its runs) is
+    # evaluated again from the previous cursor and requests the same runs.
+    (inbox / "team-0" / "note 000.txt").write_text("Note 0, amended.\n")
+    committed = harness.cursor
+    lost = harness.tick()
+    replayed = harness.tick(cursor=committed)
+    assert [r.run_key for r in replayed.run_requests] == [r.run_key for r in lost.run_requests]
+    assert len(lost.run_requests) == 1 and harness.requested(replayed) == harness.requested(lost)
+    assert harness.requested(lost)[0].startswith("team-0/note_000.txt")
+
+
+def test_documents_already_ingested_are_adopted_not_ingested_again(tmp_path, settings_factory):
+    from contextual_assets.app.ingest_runs import (
+        collect_sources,
+        ingest_partitions,
+        register_sources,
+    )
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    done = inbox / "done.md"
+    done.write_text("# Done\n\nIngested with ctx ingest before the sensor was turned on.\n")
+    harness = Harness(settings_factory(), tmp_path / "dagster_home")
+    sources, _ = collect_sources([done], inbox=inbox)
+    register_sources(harness.store_resource.open(), harness.instance, sources)
+    assert ingest_partitions(harness.defs, harness.instance, sources, log_level="CRITICAL")[0].success
+    (inbox / "new.md").write_text("# New\n\nNever ingested.\n")
+
+    # A cursor of the older format (the whole inbox in the cursor) starts afresh from the store's state.
+    data = harness.tick(cursor='{"entries": {"done.md": {"key": "done.md"}}}')
+    assert harness.requested(data) == ["new.md"], "the stored revision of done.md is adopted, not run again"
+    assert entry(harness, done).status == "requested" and entry(harness, done).requested_tick == 0
+    done.write_text("# Done\n\nEdited after the sensor took over.\n")
+    assert harness.requested(harness.tick()) == ["done.md"]
+
+
+def test_the_state_is_kept_in_postgres_too(tmp_path, settings_factory, pg_url):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.md").write_text("# A\n\nfirst\n")
+    (inbox / "b.txt").write_text("second\n")
+    (inbox / "c.png").write_bytes(b"\x89PNG")
+    harness = Harness(settings_factory(database_url=pg_url), tmp_path / "dagster_home")
+    store = harness.store_resource.open()
+    assert store.dialect == "postgres"
+
+    assert sorted(harness.requested(harness.tick())) == ["a.md", "b.txt"]
+    rows = store.inbox_entries(harness.settings.inbox)
+    assert {r.status for r in rows.values()} == {"requested", "refused"} and len(rows) == 3
+    assert harness.tick().run_requests == [] and store.inbox_entries(harness.settings.inbox) == rows
+    (inbox / "b.txt").write_text("second, changed\n")
+    assert harness.requested(harness.tick()) == ["b.txt"]
+    (inbox / "a.md").unlink()
+    harness.tick()
+    assert harness.partitions() == {"b.txt"} and store.get_source("a.md") is None
+    harness.tick()
+    assert str(inbox / "a.md") not in store.inbox_entries(harness.settings.inbox), "forgotten once its partition is gone"

@@ -1,18 +1,65 @@
-"""`ctx`'s own surface without running anything: every argument explains itself; library loggers stay quiet."""
+"""`ctx`'s own surface without running anything: every argument explains itself; the exit codes are
+documented; library loggers stay off stdout."""
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+from pathlib import Path
 
-from contextual_assets.app.cli import build_parser
+from contextual_assets.app.cli import EXIT_CODES_HELP, build_parser
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _commands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return commands
 
 
 def test_every_argument_of_every_command_has_help():
     parser = build_parser()
-    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    commands = _commands(parser)
     assert set(commands.choices) == {"ingest", "search", "serve", "rollback", "eval", "status"}
+    # Each command is described in `ctx --help`.
+    listed = {a.dest: a.help for a in commands._choices_actions}
+    assert set(listed) == set(commands.choices)
+    assert all(text and text.strip() for text in listed.values()), listed
     for name, command in commands.choices.items():
+        assert command.description and command.description.strip(), f"ctx {name} has no description"
         for action in command._actions:
-            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+            if isinstance(action, argparse._HelpAction):
                 continue
-            assert action.help, f"ctx {name} {action.option_strings or action.dest} has no help text"
+            assert action.help != argparse.SUPPRESS, f"ctx {name} {action.option_strings or action.dest} is hidden"
+            assert action.help and action.help.strip(), \
+                f"ctx {name} {action.option_strings or action.dest} has no help text"
+
+
+def test_exit_codes_are_documented_in_every_help():
+    parser = build_parser()
+    for code in ("0", "1", "2", "3"):
+        assert f"\n  {code}  " in EXIT_CODES_HELP
+    assert parser.epilog == EXIT_CODES_HELP and EXIT_CODES_HELP in parser.format_help()
+    for name, command in _commands(parser).choices.items():
+        assert EXIT_CODES_HELP in command.format_help(), f"ctx {name} --help lacks the exit codes"
+
+
+def test_eval_and_status_take_json():
+    parser = build_parser()
+    assert parser.parse_args(["eval", "--json"]).json is True
+    assert parser.parse_args(["status", "--json"]).json is True
+
+
+def test_library_debug_logs_stay_off_stdout_and_below_warning():
+    # bm25s sets DEBUG on its own logger: a library doing that must not reach stdout, nor stderr below WARNING.
+    probe = ("import logging; from contextual_assets.app.cli import configure_logging; "
+             "lib = logging.getLogger('somelib'); lib.setLevel(logging.DEBUG); configure_logging(); "
+             "lib.debug('debug-line'); lib.info('info-line'); lib.warning('warning-line'); "
+             "logging.getLogger('bm25s').debug('bm25s-line')")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    assert "warning-line" in result.stderr
+    for hidden in ("debug-line", "info-line", "bm25s-line"):
+        assert hidden not in result.stderr
