@@ -13,7 +13,11 @@ import sys
 from pathlib import Path
 
 from contextual_assets.app.cli import main as ctx_main
-from contextual_assets.samples import SAMPLE_QUERIES, sample_gold_file, write_sample_corpus
+from contextual_assets.samples import (
+    SAMPLE_QUERIES,
+    sample_gold_file,
+    write_sample_corpus,
+)
 from contextual_assets.settings import PlatformSettings
 
 
