@@ -56,6 +56,8 @@ def _current_version(defs_resources) -> str:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from contextual_assets.parsing.objects import is_object_url, local_location
+
     settings = _settings()
     from contextual_assets.app.ingest_runs import (
         collect_sources,
@@ -75,7 +77,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     resources = build_resources(settings)
     store = resources["store"].open()
     sources, refused = collect_sources(
-        args.paths, inbox=Path(settings.inbox),
+        args.paths, inbox=Path(local_location(settings.inbox)) if not is_object_url(settings.inbox) else None,
         source_root=Path(settings.source_root) if settings.source_root else None,
         registered={s.path: s.doc_id for s in store.list_sources()})
     for reason in refused:
@@ -226,6 +228,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from contextual_assets.coverage import coverage_of, live_documents, production_lag
     from contextual_assets.defs.resources import build_resources
     from contextual_assets.errors import ContextualError
+    from contextual_assets.parsing.objects import is_object_url, local_location
 
     settings = _settings()
     resources = build_resources(settings)
@@ -248,7 +251,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     status = {
         "store": store.location,
         "schema_version": store.schema_version(),
-        "inbox": os.path.abspath(settings.inbox),
+        "inbox": settings.inbox if is_object_url(settings.inbox) else os.path.abspath(local_location(settings.inbox)),
         "header_source": source,
         "header_warning": warning,
         "current_index_version": current,

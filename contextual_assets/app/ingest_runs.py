@@ -50,7 +50,7 @@ def ensure_dagster_home(ctx_home: str) -> Path:
 def collect_sources(
     paths: Iterable[str | Path],
     *,
-    inbox: Path,
+    inbox: Path | None,
     source_root: Path | None = None,
     registered: dict[str, str] | None = None,
 ) -> tuple[list[tuple[str, Path]], list[str]]:
@@ -79,7 +79,7 @@ def collect_sources(
         key = registered.get(str(resolved))
         if key is None:
             try:
-                key = document_key(resolved, inbox=Path(inbox), source_root=root)
+                key = document_key(resolved, inbox=inbox, source_root=root)
             except DocumentError as exc:
                 refused.append(str(exc))
                 return

@@ -52,16 +52,17 @@ def key_for_path(path: Path, root: Path) -> str:
     return partition_key_for(relative)
 
 
-def document_key(path: Path, *, inbox: Path, source_root: Path) -> str:
+def document_key(path: Path, *, inbox: Path | None, source_root: Path) -> str:
     """The key of a file from where it is, not from how it was named: `docs/a.md`, `./docs/a.md`,
     its absolute path and the folder `docs` all give one key.
 
     The file's resolved path relative to the inbox when it is under it (the key the inbox sensor
     gives it), else relative to `source_root`, else its whole resolved path without the leading `/`
-    (e.g. `srv/shared/a.md`). Each through `partition_key_for`.
+    (e.g. `srv/shared/a.md`). Each through `partition_key_for`. `inbox` is None when the inbox is an
+    object-store URL: no local file is under it.
     """
     resolved = path.resolve()
-    for root in (inbox.resolve(), source_root.resolve()):
+    for root in ([inbox.resolve()] if inbox is not None else []) + [source_root.resolve()]:
         if root in resolved.parents:
             return key_for_path(resolved, root)
     return partition_key_for(resolved.as_posix().lstrip("/"))

@@ -50,6 +50,11 @@ class PostgresChunkStore(ChunkStore):
         self.ef_search = int(ef_search)
         self.location = f"postgres:{redact_url(url)}"
         try:
+            # One direct attempt first: a refused or unknown host fails now, where the pool would retry
+            # in the background for its whole timeout before saying so.
+            import psycopg
+
+            psycopg.connect(url, connect_timeout=10).close()
             self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, open=True, timeout=30,
                                         kwargs={"autocommit": True})
             self._pool.wait(timeout=30)
