@@ -326,11 +326,8 @@ def _plan_file(plan: TickPlan, inbox: Inbox, item: ListedFile, row: InboxEntryRo
     elif item.size > settings.max_bytes:
         reason = f"{item.path}: {over_limit(item.size, settings.max_bytes)}"
     if reason is not None:
-        if not (row is not None and row.status == "refused" and row.reason == reason):
-            plan.messages.append(("warning", f"refused: {reason}"))
         # A document already ingested keeps its partition and its last revision.
-        plan.rows[item.path] = current.model_copy(update={"status": "refused", "reason": reason,
-                                                          "settled_at": settings.now})
+        _refuse(plan, item.path, row, current, reason, settings.now)
         return
     try:
         revision = inbox.revision(item)
@@ -350,10 +347,7 @@ def _plan_file(plan: TickPlan, inbox: Inbox, item: ListedFile, row: InboxEntryRo
         return
     conflict = _owner_conflict(inbox, item, registry)
     if conflict is not None:
-        if not (row is not None and row.status == "refused" and row.reason == conflict):
-            plan.messages.append(("warning", f"refused: {conflict}"))
-        plan.rows[item.path] = current.model_copy(update={"status": "refused", "reason": conflict,
-                                                          "settled_at": settings.now})
+        _refuse(plan, item.path, row, current, conflict, settings.now)
         return
     # The run key is set with the run request; until then no failed run of an earlier one matches it.
     taken.update(status="requested", revision=revision, failed_attempts=0, next_retry=None,
@@ -369,6 +363,14 @@ def _plan_file(plan: TickPlan, inbox: Inbox, item: ListedFile, row: InboxEntryRo
     plan.rows[item.path] = current.model_copy(update=taken)
     plan.taken.append(item.path)
     plan.requests.append(item.path)
+
+
+def _refuse(plan: TickPlan, path: str, row: InboxEntryRow | None, current: InboxEntryRow, reason: str,
+            now: float) -> None:
+    """Mark an entry refused; the reason is logged once, not at every tick."""
+    if not (row is not None and row.status == "refused" and row.reason == reason):
+        plan.messages.append(("warning", f"refused: {reason}"))
+    plan.rows[path] = current.model_copy(update={"status": "refused", "reason": reason, "settled_at": now})
 
 
 def _owner_conflict(inbox: Inbox, item: ListedFile, registry: Registry) -> str | None:
