@@ -18,12 +18,20 @@ from contextual_assets.embedding import (
     offline_environment,
     torch_device,
 )
-from contextual_assets.errors import ConfigurationError, ContextualError
+from contextual_assets.errors import (
+    ConfigurationError,
+    ContextualError,
+    DependencyUnavailable,
+)
 from contextual_assets.models import SearchHit
 
 
 class RerankError(ContextualError):
     """The reranker could not score a query's candidates."""
+
+
+class RerankUnavailable(RerankError, DependencyUnavailable):
+    """The reranker endpoint did not answer (an outage, not a setting to change)."""
 
 
 class Reranker(ABC):
@@ -65,7 +73,7 @@ class HTTPReranker(Reranker):
             response = self._client.post(url, json={"model": self.model, "query": query, "documents": list(texts),
                                                     "top_n": len(texts)})
         except httpx.HTTPError as exc:
-            raise RerankError(f"reranker at {url} unreachable: {type(exc).__name__}: {exc}") from None
+            raise RerankUnavailable(f"reranker at {url} unreachable: {type(exc).__name__}: {exc}") from None
         if response.status_code != 200:
             raise RerankError(f"reranker at {url} answered {response.status_code}: {response.text[:200]}")
         try:

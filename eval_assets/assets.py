@@ -17,7 +17,7 @@ from contextual_assets.defs.resources import (
     RerankerResource,
     current_index_version,
 )
-from contextual_assets.errors import ContextualError
+from contextual_assets.errors import ContextualError, DependencyUnavailable
 
 from .dashboard import comparison_table, metric_metadata, regressions_table
 from .diagnostics import header_diagnostics
@@ -35,6 +35,13 @@ class RetrievalEvalConfig(dg.Config):
     index_version: str = ""  # the candidate; empty: the version the current settings build
 
 
+def refusal(description: str, exc: ContextualError) -> dg.Failure:
+    """A one-line failure (no traceback) that says whether a dependency was down (store, fleet, embedding or
+    rerank endpoint): `ctx eval` exits 3 for those, 2 for what a setting or the input must change."""
+    return dg.Failure(description=description, metadata={
+        "cause": type(exc).__name__, "dependency_unavailable": isinstance(exc, DependencyUnavailable)})
+
+
 def version_embedder(store, embedder: EmbedderResource, index_version: str, role: str):
     """The embedder `index_version` was built with; the evaluation fails rather than score with another."""
     record = store.index_version(index_version)
@@ -43,7 +50,7 @@ def version_embedder(store, embedder: EmbedderResource, index_version: str, role
     try:
         return embedder.for_identity(record["fingerprint"]["embedder"], (record["recipe"] or {}).get("embedder"))
     except ContextualError as exc:
-        raise dg.Failure(description=f"cannot evaluate the {role} {index_version}: {exc}") from None
+        raise refusal(f"cannot evaluate the {role} {index_version}: {exc}", exc) from None
 
 
 @dg.asset(
@@ -77,7 +84,7 @@ def retrieval_eval(
             raise ContextualError("CTX_GATE_RERANK is on but no reranker is configured: set CTX_RERANK_BASE_URL and "
                                   "CTX_RERANK_MODEL, or CTX_RERANK_MODEL_DIR")
     except ContextualError as exc:
-        raise dg.Failure(description=str(exc)) from None
+        raise refusal(str(exc), exc) from None
     chunk_store = store.open()
     if chunk_store.count_chunks(candidate) == 0:
         raise dg.Failure(description=f"index version {candidate} holds no chunks; ingest documents first")
@@ -85,7 +92,7 @@ def retrieval_eval(
         report = evaluate(chunk_store, version_embedder(chunk_store, embedder, candidate, "candidate"), gold,
                           candidate, **search)
     except ContextualError as exc:  # e.g. the reranker is down: one line, not a traceback
-        raise dg.Failure(description=f"cannot evaluate the candidate {candidate}: {exc}") from None
+        raise refusal(f"cannot evaluate the candidate {candidate}: {exc}", exc) from None
     production_version = chunk_store.get_alias(gate.alias)
     baseline = None
     if production_version and production_version != candidate and chunk_store.count_chunks(production_version):
@@ -94,7 +101,7 @@ def retrieval_eval(
             baseline = evaluate(chunk_store, version_embedder(chunk_store, embedder, production_version,
                                                               "production"), gold, production_version, **search)
         except ContextualError as exc:
-            raise dg.Failure(description=f"cannot evaluate production {production_version}: {exc}") from None
+            raise refusal(f"cannot evaluate production {production_version}: {exc}", exc) from None
         save_report(chunk_store, baseline)
     coverage = coverage_of(chunk_store, candidate, live_documents(chunk_store, production_version))
     short = coverage.share < gate.min_coverage or (gate.min_coverage >= 1.0 and not coverage.complete)

@@ -12,9 +12,9 @@ import sys
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 EXIT_CODES_HELP = """exit codes:
   0  done (every document ingested; the gate passed)
-  1  some documents failed, or the gate blocked the candidate
-  2  usage or configuration: a bad argument or setting, a missing file (the message names what to change)
-  3  a dependency is unavailable: the database, the header fleet, or the search service (CTX_SEARCH_URL)"""
+  1  some documents failed or were refused (a missing or unsupported file), or the gate blocked the candidate
+  2  usage or configuration: a bad argument or setting, a missing gold file (the message names what to change)
+  3  a dependency is unavailable: the database, the header fleet, a reranker, or the search service"""
 # Search answers that mean the request or the settings must change (exit 2), not that nothing was found.
 _USAGE_STATUSES = (400, 401, 403, 413, 422)
 # Search answers from a service that is up while what it needs is not (e.g. the reranker).
@@ -442,10 +442,20 @@ def _evaluation_exit(result, report: dict) -> int:
     if report["evaluated"]:
         return EXIT_OK if report["gate_passed"] and report["promoted"] else EXIT_FAILED
     cause = failure_cause(result)
-    if cause in _error_names(dependency=True):
+    if cause in _error_names(dependency=True) or _failure_says_unavailable(result):
         return EXIT_UNAVAILABLE
     # dg.Failure is the assets' one-line, user-facing refusal (no chunks, an embedder that cannot load).
     return EXIT_USAGE if cause == "Failure" or cause in _error_names(dependency=False) else EXIT_FAILED
+
+
+def _failure_says_unavailable(result) -> bool:
+    """A step's one-line failure that wraps an outage (`eval_assets.assets.refusal`)."""
+    for event in result.get_step_failure_events():
+        data = event.step_failure_data.user_failure_data if event.step_failure_data else None
+        flag = data.metadata.get("dependency_unavailable") if data else None
+        if flag is not None and bool(getattr(flag, "value", flag)):
+            return True
+    return False
 
 
 def _error_names(dependency: bool) -> set[str]:

@@ -217,7 +217,9 @@ class CommitWatcher:
 
     def __exit__(self, *exc_info) -> None:
         self._stop.set()
-        self._thread.join()
+        # A poll stuck on a hung database must not hold the command after its run has ended: the
+        # thread is a daemon, and the final poll below reports what it would have.
+        self._thread.join(timeout=30)
         if exc_info[0] is None:
             self.poll()  # what the run committed after the thread's last look
         if self._error is not None and exc_info[0] is None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 import dagster as dg
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contextual_assets.defs.ingest_assets import ASSET_OF_STAGE
 from contextual_assets.defs.partitions import (
@@ -66,6 +66,9 @@ class InboxOptions(BaseModel):
 
 class SensorCursor(BaseModel):
     """The whole cursor: the inbox's state lives in the store."""
+
+    # The older cursor (the whole inbox state) must not validate as this one with defaults.
+    model_config = ConfigDict(extra="forbid")
 
     tick: int = 0  # the last tick Dagster committed; entries requested by a later one are requested again
     runs_until: float = 0.0  # update time of the newest failed run looked at
@@ -125,7 +128,8 @@ def build_new_documents_sensor(job, options: InboxOptions,
         # so they and runs of neighbouring changed ones form contiguous partition ranges.
         order = [k for k in ordered if k not in removed] + added
         run_requests = [run_request(inbox, plan, [requested[k] for k in keys], settings.tick)
-                        for keys in partition_ranges(order, list(requested), options.partitions_per_run)]
+                        for group in request_groups(plan, requested)
+                        for keys in partition_ranges(order, group, options.partitions_per_run)]
         for key in sorted(removed):
             purged = chunk_store.purge_document(key)
             context.log.info(f"{key}: purged {purged} chunks")
@@ -148,13 +152,27 @@ def build_new_documents_sensor(job, options: InboxOptions,
     return new_documents
 
 
+def request_groups(plan: TickPlan, requested: dict[str, str]) -> list[list[str]]:
+    """The documents to request, in groups that may share a run: requests made again (a tick whose
+    cursor was not committed, or a reset cursor) keep the groups, and so the run keys, they were first
+    requested with, so Dagster drops every one already launched; new ones form one group."""
+    again: dict[str, list[str]] = {}
+    fresh: list[str] = []
+    for key, path in requested.items():
+        run_key = plan.rows[path].run_key
+        (again.setdefault(run_key, []) if run_key else fresh).append(key)
+    return [group for group in [*again.values(), fresh] if group]
+
+
 def run_request(inbox: Inbox, plan: TickPlan, paths: Sequence[str], tick: int) -> dg.RunRequest:
     """One run over the documents at `paths` (a contiguous partition range); the run key names each
-    document's revision and retry, so a repeated tick launches nothing twice and a retry is a new run."""
+    document's revision and retry, so a repeated tick launches nothing twice and a retry is a new run.
+    Documents requested again together keep their run key."""
     rows = [plan.rows[p] for p in paths]
     parts = [run_key_part(r) for r in rows]
     keys = [r.doc_id for r in rows]
-    run_key = parts[0] if len(rows) == 1 else \
+    run_key = rows[0].run_key if rows[0].run_key and all(r.run_key == rows[0].run_key for r in rows) else \
+        parts[0] if len(rows) == 1 else \
         f"{keys[0]}..{keys[-1]}#{hashlib.sha256(';'.join(parts).encode()).hexdigest()[:24]}"
     tags = {TRIGGER_TAG: "inbox", INBOX_TAG: inbox.location, RUN_KEY_TAG: run_key, "ctx/documents": str(len(rows))}
     for path in paths:
@@ -181,7 +199,7 @@ def record_failed_runs(instance: dg.DagsterInstance, inbox: Inbox, plan: TickPla
             waiting.setdefault(row.run_key, []).append(path)
     after = datetime.fromtimestamp(max(0.0, cursor.runs_until - FAILED_RUNS_OVERLAP_S), tz=timezone.utc)
     records = instance.get_run_records(
-        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], updated_after=after,
+        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED], updated_after=after,
                               tags={TRIGGER_TAG: "inbox", INBOX_TAG: inbox.location}),
         order_by="update_timestamp", ascending=True)
     until = cursor.runs_until

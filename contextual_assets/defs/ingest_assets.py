@@ -111,6 +111,10 @@ def build_ingest_assets(partitions_per_run: int, retries: int = PlatformSettings
             fresh_target, lag_reason = production_target(current, gate.alias, chunk_store, headers, embedder, parsing)
         except ContextualError as exc:
             raise dg.Failure(description=f"header source: {exc}", allow_retries=False) from None
+        if context.retry_number > 0:
+            keys = uncommitted(chunk_store, keys, [t for t in (current, fresh_target) if t is not None])
+            context.log.info(f"retry {context.retry_number}: {len(keys)} of {len(context.partition_keys)} documents "
+                             "left; those the failed attempt committed keep their materializations")
         for message in filter(None, [warning, *current.warnings]):
             context.log.warning(message)
         if lag_reason:
@@ -225,6 +229,14 @@ def build_ingest_assets(partitions_per_run: int, retries: int = PlatformSettings
             )
 
     return ingest_document_partitions
+
+
+def uncommitted(chunk_store, keys: list[str], targets: list[BuildTarget]) -> list[str]:
+    """`keys` less the documents stored at every target version from their registered revision: what a
+    retry of the step still has to do (an attempt commits document by document)."""
+    registered = {s.doc_id: s.file_hash for s in chunk_store.list_sources()}
+    held = [{d.doc_id: d.file_hash for d in chunk_store.documents(t.index_version)} for t in targets]
+    return [k for k in keys if not all(k in h and h[k] == registered.get(k) for h in held)]
 
 
 def timeline_window(timeline: MetricsTimeline, start: float, end: float) -> list[dict]:

@@ -179,6 +179,15 @@ def test_eval_promote_search_rollback(tmp_path, env, samples_dir):
     assert report["metrics"]["hybrid_pass_at_10"] == 1.0 and "coverage_share" in report["metrics"]
     assert report["comparison"].startswith("**Gate passed**")
 
+    # The gate reranks with an endpoint that does not answer: a dependency is down, exit 3, not 2.
+    from tests.support import free_port
+
+    rerank_down = {**env, "CTX_GATE_RERANK": "1", "CTX_RERANK_MODEL": "reranker",
+                   "CTX_RERANK_BASE_URL": f"http://127.0.0.1:{free_port()}/v1"}
+    down = run_ctx(rerank_down, "eval", "--gold", str(gold), "--json")
+    assert down.returncode == 3, (down.returncode, down.stdout[-1000:], down.stderr[-2000:])
+    assert "unreachable" in _json.loads(down.stdout)["error"]
+
 
 def test_colliding_keys_are_refused_not_merged(tmp_path):
     from contextual_assets.app.ingest_runs import collect_sources

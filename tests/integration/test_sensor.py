@@ -446,3 +446,52 @@ def test_the_state_is_kept_in_postgres_too(tmp_path, settings_factory, pg_url):
     assert harness.partitions() == {"b.txt"} and store.get_source("a.md") is None
     harness.tick()
     assert str(inbox / "a.md") not in store.inbox_entries(harness.settings.inbox), "forgotten once its partition is gone"
+
+
+def test_a_reset_cursor_requests_again_under_the_first_run_keys(tmp_path, settings_factory):
+    """A tick whose cursor was never committed, or a cursor reset in the UI, makes its requests again;
+    each keeps the run key it was first requested under, so Dagster drops every run it already launched
+    instead of ingesting the inbox again under new, regrouped keys."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    for name in ("a.md", "b.md", "c.md"):
+        (inbox / name).write_text(f"# {name}\n\ntext of {name}\n")
+    harness = Harness(settings_factory(), tmp_path / "dagster_home")
+    first = harness.tick()
+    assert len(first.run_requests) == 1 and sorted(harness.requested(first)) == ["a.md", "b.md", "c.md"]
+    (inbox / "d.md").write_text("# d\n\ntext of d\n")
+    second = harness.tick()
+    assert harness.requested(second) == ["d.md"]
+    launched = {r.run_key for r in first.run_requests + second.run_requests}
+
+    replay = harness.tick(cursor=None)
+    assert sorted(harness.requested(replay)) == ["a.md", "b.md", "c.md", "d.md"]
+    assert {r.run_key for r in replay.run_requests} == launched
+
+
+def test_a_retry_of_the_step_skips_documents_its_failed_attempt_committed(tmp_path, settings_factory):
+    """The ingest step commits document by document; its retry redoes only what is not stored at every
+    version the run builds from the registered revision (a changed file counts as not stored)."""
+    import dataclasses
+
+    from contextual_assets.defs.build_targets import current_target
+    from contextual_assets.defs.ingest_assets import uncommitted
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    for name in ("a.md", "b.md", "c.md"):
+        (inbox / name).write_text(f"# {name}\n\nThe text of {name}.\n")
+    harness = Harness(settings_factory(), tmp_path / "dagster_home")
+    first = harness.tick()
+    assert all(r.success for r in harness.launch(first))
+    resources = build_resources(harness.settings)
+    store = resources["store"].open()
+    target = current_target(resources["headers"], resources["embedder"], resources["parsing"], store)
+    assert uncommitted(store, ["a.md", "b.md", "c.md"], [target]) == []
+    # b.md changed since it was committed (a newer revision registered): it is still to do.
+    (inbox / "b.md").write_text("# b.md\n\nNew text.\n")
+    harness.tick()
+    assert uncommitted(store, ["a.md", "b.md", "c.md"], [target]) == ["b.md"]
+    # A document never stored at a second target version is to do for it.
+    other = dataclasses.replace(target, index_version="iv-not-built")
+    assert uncommitted(store, ["a.md", "c.md"], [target, other]) == ["a.md", "c.md"]

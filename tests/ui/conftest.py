@@ -63,7 +63,8 @@ class Screens:
 def page(browser, request):
     context = browser.new_context(viewport={"width": 1600, "height": 1000})
     opened = context.new_page()
-    opened.set_default_timeout(30_000)
+    # Generous: on two cores the webserver, the daemon, run processes and chromium share the CPU.
+    opened.set_default_timeout(90_000)
     screens = Screens(opened, request)
     opened.screens = screens
     yield opened

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.timeout(900)
 LOCATION = "contextual_retrieval"
 ASSETS = ["parsed_chunks", "chunk_headers", "chunk_embeddings", "retrieval_eval", "promoted_index"]
 RUN_TIMEOUT_S = 300
+BACKFILLS = "{ partitionBackfillsOrError { ... on PartitionBackfills { results { id status partitionNames } } } }"
 
 # Two documents registered as partitions but not yet materialized: what the backfill is for.
 BACKFILL_DOCS = {
@@ -97,7 +98,7 @@ def ui(tmp_path_factory):
 
 
 def open_page(page, url: str) -> None:
-    page.goto(url, wait_until="networkidle", timeout=60_000)
+    page.goto(url, wait_until="networkidle", timeout=120_000)
     # The first visit of an instance shows a newsletter dialog over the page.
     skip = page.get_by_role("button", name="Skip")
     if skip.count():
@@ -156,8 +157,10 @@ def test_backfill_of_selected_partitions_by_clicking(ui, page):
     page.get_by_text(f"{len(BACKFILL_DOCS)} partitions", exact=True).wait_for(state="visible")
     page.screens.shot("backfill_dialog")
     page.get_by_role("button", name="Launch backfill").click()
-    page.get_by_text(re.compile("Created backfill|backfill", re.I)).first.wait_for(state="visible")
+    page.get_by_role("button", name="Launch backfill").wait_for(state="hidden")  # the dialog closed
     page.screens.shot("backfill_launched")
+    backfills = ui.deployment.graphql(BACKFILLS)["partitionBackfillsOrError"]["results"]
+    assert [sorted(b["partitionNames"]) for b in backfills] == [sorted(BACKFILL_DOCS)], backfills
     wait_for_text(page, f"{ui.url}/assets/chunk_embeddings?view=partitions",
                   rf"^Materialized \({before + len(BACKFILL_DOCS)}\)$", RUN_TIMEOUT_S, ui)
     for key in BACKFILL_DOCS:
