@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from contextual_assets.defs.ingest_assets import ASSET_OF_STAGE
+from contextual_assets.defs.ingest_assets import ASSET_OF_STAGE, RETRYABLE
 from contextual_assets.defs.partitions import (
     documents_partitions,
     partition_ranges,
@@ -155,13 +155,20 @@ def build_new_documents_sensor(job, options: InboxOptions,
 def request_groups(plan: TickPlan, requested: dict[str, str]) -> list[list[str]]:
     """The documents to request, in groups that may share a run: requests made again (a tick whose
     cursor was not committed, or a reset cursor) keep the groups, and so the run keys, they were first
-    requested with, so Dagster drops every one already launched; new ones form one group."""
+    requested with, so Dagster drops every one already launched; a retry runs alone; new ones form one
+    group."""
     again: dict[str, list[str]] = {}
     fresh: list[str] = []
+    retries: list[list[str]] = []
     for key, path in requested.items():
-        run_key = plan.rows[path].run_key
-        (again.setdefault(run_key, []) if run_key else fresh).append(key)
-    return [group for group in [*again.values(), fresh] if group]
+        row = plan.rows[path]
+        if row.run_key:
+            again.setdefault(row.run_key, []).append(key)
+        elif row.failed_attempts:
+            retries.append([key])  # alone: a document that kills its run must not fail its neighbours again
+        else:
+            fresh.append(key)
+    return [group for group in [*again.values(), *retries, fresh] if group]
 
 
 def run_request(inbox: Inbox, plan: TickPlan, paths: Sequence[str], tick: int) -> dg.RunRequest:
@@ -209,30 +216,49 @@ def record_failed_runs(instance: dg.DagsterInstance, inbox: Inbox, plan: TickPla
         paths = waiting.pop(run.tags.get(RUN_KEY_TAG, ""), [])
         if not paths:
             continue  # not this revision's current request, or already counted
-        committed = committed_in_run(instance, run.run_id, [plan.rows[p].doc_id for p in paths],
-                                     record.create_timestamp.timestamp())
+        doc_ids = [plan.rows[p].doc_id for p in paths]
+        created = record.create_timestamp.timestamp()
+        committed = {r.partition_key for r in run_records(instance.fetch_materializations, run.run_id, doc_ids,
+                                                          created)}
+        # A document the run itself says cannot pass as it is (parse error, changed meanwhile): no retry.
+        final = {r.partition_key: r.asset_observation.metadata.get("error")
+                 for r in run_records(instance.fetch_observations, run.run_id, doc_ids, created)
+                 if _flag(r.asset_observation.metadata.get(RETRYABLE)) is False}
         for path in paths:
-            if plan.rows[path].doc_id not in committed:
-                plan.rows[path] = failed(plan.rows[path], run.run_id, options, now, plan)
+            doc_id = plan.rows[path].doc_id
+            if doc_id not in committed:
+                plan.rows[path] = failed(plan.rows[path], run.run_id, options, now, plan,
+                                         final=_flag(final[doc_id]) if doc_id in final else None)
     return until
 
 
-def committed_in_run(instance: dg.DagsterInstance, run_id: str, doc_ids: list[str], created: float) -> set[str]:
-    """The documents of `doc_ids` whose commit (`chunk_embeddings`) was materialized by run `run_id`."""
+def _flag(value):
+    return getattr(value, "value", value)
+
+
+def run_records(fetch, run_id: str, doc_ids: list[str], created: float) -> list:
+    """`chunk_embeddings` event records (`fetch`: the instance's public materialization or observation
+    query) of `doc_ids` written by run `run_id`."""
     records_filter = dg.AssetRecordsFilter(asset_key=dg.AssetKey(ASSET_OF_STAGE["committed"]),
                                            asset_partitions=doc_ids, after_timestamp=created - 1)
-    committed: set[str] = set()
-    page_cursor = None
+    found, page_cursor = [], None
     while True:
-        page = instance.fetch_materializations(records_filter, limit=1000, cursor=page_cursor)
-        committed.update(r.partition_key for r in page.records if r.run_id == run_id and r.partition_key)
+        page = fetch(records_filter, limit=1000, cursor=page_cursor)
+        found.extend(r for r in page.records if r.run_id == run_id and r.partition_key)
         if not page.has_more:
-            return committed
+            return found
         page_cursor = page.cursor
 
 
-def failed(row: InboxEntryRow, run_id: str, options: InboxOptions, now: float, plan: TickPlan) -> InboxEntryRow:
+def failed(row: InboxEntryRow, run_id: str, options: InboxOptions, now: float, plan: TickPlan,
+           final: str | None = None) -> InboxEntryRow:
+    """`final`: the run's reason why the document cannot pass as it is (given up at once)."""
     attempts = row.failed_attempts + 1
+    if final is not None:
+        plan.messages.append(("warning", f"{row.doc_id}: run {run_id} failed and a retry would fail the same way "
+                                         f"({final}); fix the file and save it again to try again"))
+        return row.model_copy(update={"status": "gave_up", "failed_attempts": attempts, "next_retry": None,
+                                      "reason": f"run {run_id}: {final}"[:500]})
     if attempts > options.retry_limit:
         plan.messages.append(("warning", f"{row.doc_id}: gave up after {attempts} failed run(s), the last {run_id}; "
                                          "fix the file and save it again (or touch it) to try again"))

@@ -66,6 +66,8 @@ INGEST_SPECS = [
                  description="Header + chunk embedded and committed to the store: one atomic replace per document."),
 ]
 ASSET_OF_STAGE = {"parsed": "parsed_chunks", "headered": "chunk_headers", "committed": "chunk_embeddings"}
+# Metadata keys of the observation a failed document gets in its run.
+FAILED_STAGE, RETRYABLE = "failed_stage", "retryable"
 
 
 def ingest_retry_policy(retries: int, delay_s: float) -> dg.RetryPolicy | None:
@@ -198,6 +200,10 @@ def build_ingest_assets(partitions_per_run: int, retries: int = PlatformSettings
                 elif event.kind == "failed":
                     failures[event.key] = event
                     context.log.error(f"{event.key}: {event.stage or 'ingest'} failed: {event.error}")
+                    # Per document, queryable by run (the inbox sensor retries only what may pass).
+                    yield dg.AssetObservation(asset_key=ASSET_OF_STAGE["committed"], partition=event.key, metadata={
+                        FAILED_STAGE: event.stage or "ingest", RETRYABLE: event.retryable,
+                        "error": (event.error or "")[:500]})
                 else:
                     committed += event.kind == "committed"
                     metadata = event.metadata

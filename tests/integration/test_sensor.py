@@ -283,31 +283,33 @@ def test_a_file_being_written_is_taken_only_once_it_settles(tmp_path, settings_f
 
 
 def test_failed_documents_are_retried_with_backoff_then_given_up(tmp_path, settings_factory):
+    from tests.support import free_port
+
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    (inbox / "good.md").write_text("# Good\n\nThe tariff schedule is attached.\n")
-    bad = inbox / "bad.md"
-    bad.write_bytes(b"# Bad\n\n\x00\x00 not text")
+    doc = inbox / "tariffs.md"
+    doc.write_text("# Tariffs\n\nThe tariff schedule is attached.\n")
     clock = Clock()
-    settings = settings_factory(inbox_retry_limit=2, inbox_retry_base_s=30.0)
+    # Nothing listens on this port: the embedder is down, a failure that may pass (an outage).
+    settings = settings_factory(inbox_retry_limit=2, inbox_retry_base_s=30.0, ingest_retries=0,
+                                embed_base_url=f"http://127.0.0.1:{free_port()}/v1", embed_model="m")
     harness = Harness(settings, tmp_path / "dagster_home", clock=clock)
 
     first = harness.tick()
-    assert sorted(harness.requested(first)) == ["bad.md", "good.md"] and len(first.run_requests) == 1
+    assert harness.requested(first) == ["tariffs.md"]
     [run] = harness.launch(first)
-    assert not run.success  # bad.md failed; good.md committed in the same run
+    assert not run.success
 
     noticed = harness.tick()
     assert noticed.run_requests == []
-    assert harness.logged(f"bad.md: run {run.run_id} failed; retry 1 of 2 in 30 s")
-    assert not harness.logged("good.md"), "a document the failed run committed is not retried"
-    assert harness.tick().run_requests == [] and not harness.logged("bad.md"), "a failure is counted once"
+    assert harness.logged(f"tariffs.md: run {run.run_id} failed; retry 1 of 2 in 30 s")
+    assert harness.tick().run_requests == [] and not harness.logged("tariffs.md"), "a failure is counted once"
 
     clock.advance(29)
     assert harness.tick().run_requests == [], "not before its backoff"
     clock.advance(2)
     retry = harness.tick()
-    assert harness.requested(retry) == ["bad.md"] and harness.logged("bad.md: retry 1 of 2 requested")
+    assert harness.requested(retry) == ["tariffs.md"] and harness.logged("tariffs.md: retry 1 of 2 requested")
     run_keys = {first.run_requests[0].run_key, retry.run_requests[0].run_key}
     assert len(run_keys) == 2, "each attempt has its own run key"
     assert not harness.launch(retry)[0].success
@@ -318,16 +320,44 @@ def test_failed_documents_are_retried_with_backoff_then_given_up(tmp_path, setti
     assert harness.tick().run_requests == []
     clock.advance(2)
     second = harness.tick()
-    assert harness.requested(second) == ["bad.md"] and second.run_requests[0].run_key not in run_keys
+    assert harness.requested(second) == ["tariffs.md"] and second.run_requests[0].run_key not in run_keys
     assert not harness.launch(second)[0].success
 
     harness.tick()
-    assert harness.logged("bad.md: gave up after 3 failed run(s)")
+    assert harness.logged("tariffs.md: gave up after 3 failed run(s)")
     clock.advance(10_000)
-    assert harness.tick().run_requests == [] and not harness.logged("bad.md"), "given up: no more runs"
-    assert entry(harness, bad).status == "gave_up"
+    assert harness.tick().run_requests == [] and not harness.logged("tariffs.md"), "given up: no more runs"
+    assert entry(harness, doc).status == "gave_up"
 
-    # A fixed file is a new revision: taken, requested, and its count starts over.
+    # Saving the file again (a new revision) is how a user asks for another try: the count starts over.
+    doc.write_text("# Tariffs\n\nThe tariff schedule is attached, revised.\n")
+    again = harness.tick()
+    assert harness.requested(again) == ["tariffs.md"] and entry(harness, doc).failed_attempts == 0
+
+
+def test_a_document_that_cannot_pass_is_not_retried(tmp_path, settings_factory):
+    """A parse error fails the same way every time: the run says so per document (an observation of
+    `chunk_embeddings`), the sensor gives up at once; its neighbour in the run committed and is left alone."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "good.md").write_text("# Good\n\nThe tariff schedule is attached.\n")
+    bad = inbox / "bad.md"
+    bad.write_bytes(b"# Bad\n\n\x00\x00 not text")
+    clock = Clock()
+    harness = Harness(settings_factory(inbox_retry_limit=2, inbox_retry_base_s=30.0), tmp_path / "dagster_home",
+                      clock=clock)
+    first = harness.tick()
+    assert sorted(harness.requested(first)) == ["bad.md", "good.md"] and len(first.run_requests) == 1
+    [run] = harness.launch(first)
+    assert not run.success  # bad.md failed; good.md committed in the same run
+
+    harness.tick()
+    assert harness.logged(f"bad.md: run {run.run_id} failed and a retry would fail the same way")
+    assert not harness.logged("good.md"), "a document the failed run committed is not retried"
+    assert entry(harness, bad).status == "gave_up" and "binary content" in entry(harness, bad).reason
+    clock.advance(10_000)
+    assert harness.tick().run_requests == []
+
     bad.write_text("# Bad, fixed\n\nNow it is text.\n")
     fixed = harness.tick()
     assert harness.requested(fixed) == ["bad.md"]
@@ -495,3 +525,26 @@ def test_a_retry_of_the_step_skips_documents_its_failed_attempt_committed(tmp_pa
     # A document never stored at a second target version is to do for it.
     other = dataclasses.replace(target, index_version="iv-not-built")
     assert uncommitted(store, ["a.md", "c.md"], [target, other]) == ["a.md", "c.md"]
+
+
+def test_retries_run_one_document_each(tmp_path, settings_factory):
+    """Documents of one failed run are retried in runs of their own: one that kills its run worker must
+    not fail its neighbours again."""
+    from tests.support import free_port
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    for name in ("a.md", "b.md"):
+        (inbox / name).write_text(f"# {name}\n\nText of {name}.\n")
+    clock = Clock()
+    settings = settings_factory(inbox_retry_base_s=30.0, ingest_retries=0,
+                                embed_base_url=f"http://127.0.0.1:{free_port()}/v1", embed_model="m")
+    harness = Harness(settings, tmp_path / "dagster_home", clock=clock)
+    first = harness.tick()
+    assert len(first.run_requests) == 1 and sorted(harness.requested(first)) == ["a.md", "b.md"]
+    assert not harness.launch(first)[0].success
+    harness.tick()
+    clock.advance(31)
+    retry = harness.tick()
+    assert sorted(harness.requested(retry)) == ["a.md", "b.md"]
+    assert len(retry.run_requests) == 2 and all(r.partition_key for r in retry.run_requests)
