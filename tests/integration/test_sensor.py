@@ -161,6 +161,15 @@ def test_add_modify_delete(tmp_path, settings_factory):
     assert store.count_chunks(doc_id=report_key) == 0 and store.get_source(report_key) is None
 
 
+def inbox_with(tmp_path, *names: str):
+    """An inbox folder holding a small Markdown document under each of `names`."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    for name in names:
+        (inbox / name).write_text(f"# {name}\n\nThe text of {name}.\n")
+    return inbox
+
+
 def inbox_with_one_document(tmp_path, settings_factory):
     """An inbox holding a.md, and a harness that has already ticked once over it."""
     settings = settings_factory()
@@ -482,10 +491,7 @@ def test_a_reset_cursor_requests_again_under_the_first_run_keys(tmp_path, settin
     """A tick whose cursor was never committed, or a cursor reset in the UI, makes its requests again;
     each keeps the run key it was first requested under, so Dagster drops every run it already launched
     instead of ingesting the inbox again under new, regrouped keys."""
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
-    for name in ("a.md", "b.md", "c.md"):
-        (inbox / name).write_text(f"# {name}\n\ntext of {name}\n")
+    inbox = inbox_with(tmp_path, "a.md", "b.md", "c.md")
     harness = Harness(settings_factory(), tmp_path / "dagster_home")
     first = harness.tick()
     assert len(first.run_requests) == 1 and sorted(harness.requested(first)) == ["a.md", "b.md", "c.md"]
@@ -507,10 +513,7 @@ def test_a_retry_of_the_step_skips_documents_its_failed_attempt_committed(tmp_pa
     from contextual_assets.defs.build_targets import current_target
     from contextual_assets.defs.ingest_assets import uncommitted
 
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
-    for name in ("a.md", "b.md", "c.md"):
-        (inbox / name).write_text(f"# {name}\n\nThe text of {name}.\n")
+    inbox = inbox_with(tmp_path, "a.md", "b.md", "c.md")
     harness = Harness(settings_factory(), tmp_path / "dagster_home")
     first = harness.tick()
     assert all(r.success for r in harness.launch(first))
@@ -532,10 +535,7 @@ def test_retries_run_one_document_each(tmp_path, settings_factory):
     not fail its neighbours again."""
     from tests.support import free_port
 
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
-    for name in ("a.md", "b.md"):
-        (inbox / name).write_text(f"# {name}\n\nText of {name}.\n")
+    inbox_with(tmp_path, "a.md", "b.md")
     clock = Clock()
     settings = settings_factory(inbox_retry_base_s=30.0, ingest_retries=0,
                                 embed_base_url=f"http://127.0.0.1:{free_port()}/v1", embed_model="m")
