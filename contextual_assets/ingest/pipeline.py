@@ -220,6 +220,12 @@ class DocumentPipeline:
             except Exception as exc:  # noqa: BLE001 - a parser bug fails this document, not the run
                 self._fail(key, "parse", f"cannot ingest {source.path}: {type(exc).__name__}: {exc}", retryable=False)
                 continue
+            if source.file_hash and doc.file_hash != source.file_hash:
+                # Refused now, not at commit after its headers were paid for: the run for the new
+                # content (the sensor's next tick, or `ctx ingest` again) ingests it.
+                self._fail(key, "parse", f"{source.path}: the file changed since it was registered; the run for "
+                                         "its new content ingests it", retryable=False)
+                continue
             for warning in doc.warnings:
                 self._events.put(StageEvent("warning", key, error=f"{source.path}: {warning}"))
             self._events.put(StageEvent("parsed", key, metadata=parse_metadata(doc, self.chunk_tokens,

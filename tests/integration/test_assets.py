@@ -112,3 +112,24 @@ def test_vanished_file_fails_with_its_name(tmp_path, settings_factory):
     assert not outcome.success
     assert "gone.md: file no longer exists" in outcome.error
     assert store.count_chunks() == 0
+
+
+def test_a_file_changed_after_registration_fails_before_its_headers(tmp_path, settings_factory):
+    """The registered revision is what a run ingests: a file that changed since is refused right after
+    parsing (no header is paid for), not at commit; the run for its new content ingests it."""
+    doc = tmp_path / "memo.md"
+    doc.write_text("# Memo\n\nThe first text.\n")
+    settings = settings_factory()
+    sources, _ = collect_sources([doc], inbox=Path(settings.inbox), source_root=tmp_path)
+    store = build_resources(settings)["store"].open()
+    instance = dg.DagsterInstance.ephemeral()
+    register_sources(store, instance, sources)
+    doc.write_text("# Memo\n\nThe second text.\n")
+    defs = build_definitions(settings)
+    (outcome,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
+    assert not outcome.success and "memo.md: the file changed since it was registered" in outcome.error
+    assert instance.fetch_materializations(dg.AssetKey("parsed_chunks"), limit=5).records == []
+    assert store.count_chunks() == 0
+    register_sources(store, instance, sources)  # what the sensor's next tick (or `ctx ingest` again) does
+    (again,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
+    assert again.success and store.count_chunks() > 0
