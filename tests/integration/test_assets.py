@@ -99,14 +99,21 @@ def test_header_source_none_and_index_version_differs(tmp_path, samples_dir, set
     assert all(c.header == "" for c in store.chunks(by_source["none"]))
 
 
-def test_vanished_file_fails_with_its_name(tmp_path, settings_factory):
-    doc = tmp_path / "gone.md"
-    doc.write_text("# Title\n\nSome text.\n")
-    settings = settings_factory()
+def registered(tmp_path, settings, name: str, text: str):
+    """One file written and registered (as `ctx ingest` or the sensor does before its run): the file,
+    its sources, the store and the instance."""
+    doc = tmp_path / name
+    doc.write_text(text)
     sources, _ = collect_sources([doc], inbox=Path(settings.inbox), source_root=tmp_path)
     store = build_resources(settings)["store"].open()
     instance = dg.DagsterInstance.ephemeral()
     register_sources(store, instance, sources)
+    return doc, sources, store, instance
+
+
+def test_vanished_file_fails_with_its_name(tmp_path, settings_factory):
+    settings = settings_factory()
+    doc, sources, store, instance = registered(tmp_path, settings, "gone.md", "# Title\n\nSome text.\n")
     doc.unlink()
     (outcome,) = ingest_partitions(build_definitions(settings), instance, sources, log_level="ERROR")
     assert not outcome.success
@@ -117,13 +124,8 @@ def test_vanished_file_fails_with_its_name(tmp_path, settings_factory):
 def test_a_file_changed_after_registration_fails_before_its_headers(tmp_path, settings_factory):
     """The registered revision is what a run ingests: a file that changed since is refused right after
     parsing (no header is paid for), not at commit; the run for its new content ingests it."""
-    doc = tmp_path / "memo.md"
-    doc.write_text("# Memo\n\nThe first text.\n")
     settings = settings_factory()
-    sources, _ = collect_sources([doc], inbox=Path(settings.inbox), source_root=tmp_path)
-    store = build_resources(settings)["store"].open()
-    instance = dg.DagsterInstance.ephemeral()
-    register_sources(store, instance, sources)
+    doc, sources, store, instance = registered(tmp_path, settings, "memo.md", "# Memo\n\nThe first text.\n")
     doc.write_text("# Memo\n\nThe second text.\n")
     defs = build_definitions(settings)
     (outcome,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
