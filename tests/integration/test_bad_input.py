@@ -21,7 +21,7 @@ from contextual_assets.app.ingest_runs import (
 )
 from contextual_assets.defs.definitions import build_definitions, build_resources
 from contextual_assets.errors import DocumentError
-from contextual_assets.ingest.inbox import InboxState, scan_inbox
+from contextual_assets.ingest.inbox import LocalInbox
 from contextual_assets.parsing import parse_file
 from contextual_assets.parsing.chunking import chunk_blocks
 from contextual_assets.parsing.tokens import token_counter
@@ -236,8 +236,9 @@ def test_symlinks_cannot_lead_out_of_the_inbox(tmp_path, settings_factory):
     (inbox / "linked_dir").symlink_to(outside / "nested", target_is_directory=True)
     (inbox / "inside_link.txt").symlink_to(inbox / "ok.txt")  # stays inside: allowed
 
-    state, refused = scan_inbox(inbox, InboxState())
-    assert sorted(state.entries) == ["inside_link.txt", "ok.txt"]
+    listing = LocalInbox(inbox).list()
+    refused = [r.reason for r in listing.refused.values()]
+    assert sorted(f.key for f in listing.files.values()) == ["inside_link.txt", "ok.txt"]
     assert len(refused) == 2
     for name in ("relative.txt", "chain.txt"):
         message = next(r for r in refused if name in r)
@@ -290,8 +291,7 @@ def test_hidden_folders_are_skipped_by_ctx_ingest_as_by_the_sensor(tmp_path):
     (docs / "README.md").write_text("# Visible\n\ntext\n")
     sources, refused = collect_sources([docs], inbox=tmp_path / "inbox", source_root=tmp_path)
     assert [k for k, _ in sources] == ["repo/README.md"] and refused == []
-    state, _ = scan_inbox(docs, InboxState())
-    assert sorted(state.entries) == ["README.md"]
+    assert sorted(f.key for f in LocalInbox(docs).list().files.values()) == ["README.md"]
 
 
 def test_two_names_for_one_key_are_refused_not_merged(tmp_path):
@@ -302,6 +302,7 @@ def test_two_names_for_one_key_are_refused_not_merged(tmp_path):
     (inbox / decomposed).write_text("# B\n\nsecond\n")
     if len(os.listdir(inbox)) != 2:
         pytest.fail("this file system folds Unicode normalization; the test needs two distinct names")
-    state, refused = scan_inbox(inbox, InboxState())
-    assert list(state.entries) == ["caf\u00e9.md"]
+    listing = LocalInbox(inbox).list()
+    refused = [r.reason for r in listing.refused.values()]
+    assert [f.key for f in listing.files.values()] == ["caf\u00e9.md"]
     assert len(refused) == 1 and "same document key 'caf\u00e9.md'" in refused[0]

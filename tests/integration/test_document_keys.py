@@ -13,7 +13,7 @@ import pytest
 from contextual_assets.app.cli import main
 from contextual_assets.app.ingest_runs import collect_sources
 from contextual_assets.ingest.document_keys import key_for_path, partition_key_for
-from contextual_assets.ingest.inbox import InboxState, scan_inbox
+from contextual_assets.ingest.inbox import LocalInbox
 
 ALPHA = "# Alpha\n\nThe walrus ledger counts seventeen copper kettles.\n"
 BETA = "# Beta\n\nThe heron timetable lists the ferry at noon.\n"
@@ -163,8 +163,8 @@ def test_a_file_in_the_inbox_gets_the_sensors_key(tmp_path):
     assert sources[0][0].startswith("reports/Q3_summary_final_.md~")
     # Ingesting the whole inbox folder gives exactly the keys the sensor gives.
     sources, refused = collect_sources([inbox], inbox=inbox, source_root=tmp_path)
-    state, _ = scan_inbox(inbox, InboxState())
-    assert sorted(k for k, _ in sources) == sorted(state.entries) == ["plain.md", key_for_path(report, inbox)]
+    sensor_keys = sorted(f.key for f in LocalInbox(inbox).list().files.values())
+    assert sorted(k for k, _ in sources) == sensor_keys == ["plain.md", key_for_path(report, inbox)]
 
 
 def test_the_same_file_reached_twice_is_one_source(tmp_path):
