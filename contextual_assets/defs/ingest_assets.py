@@ -261,6 +261,8 @@ def fleet_metadata(source: OpenAIHeaderSource, stats: HeaderRunStats) -> dict:
         "cache_hits": stats.cache_hits,
         "retries": stats.retries,
         "failovers": stats.failovers,
+        "hedges": stats.hedges,
+        "hedge_wins": stats.hedge_wins,
         "prompt_tokens": stats.prompt_tokens,
         "completion_tokens": stats.completion_tokens,
         "trimmed_contexts": stats.trimmed_contexts,

@@ -48,6 +48,16 @@ class FleetConfig(BaseModel):
     breaker_cooldown_s: float = 5.0
     unavailable_timeout_s: float = 60.0  # how long a request waits when every replica is open
     batch_size: int = Field(default=1, ge=1, le=32)
+    # Fleet-wide signals: each replica's /metrics read this often (vLLM's running/waiting/KV use), so
+    # processes sharing the fleet count each other's requests against the caps. 0 turns it off.
+    metrics_interval_s: float = Field(default=0.5, ge=0)
+    # Hedged requests: a duplicate on another replica for a request out longer than this quantile of
+    # answer latency (per token of cost) when nothing is queued, or at once on a stalled replica.
+    hedge: bool = True
+    hedge_quantile: float = Field(default=0.95, gt=0, lt=1)
+    hedge_min_s: float = Field(default=1.0, ge=0)  # never hedge a request younger than this
+    hedge_budget_ratio: float = Field(default=0.1, ge=0)  # hedges allowed per request sent
+    hedge_budget_min: int = Field(default=16, ge=0)
     api_key_env: str = "CTX_LLM_API_KEY"
 
     @field_validator("replicas")

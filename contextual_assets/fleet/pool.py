@@ -4,10 +4,11 @@ The pool runs on its own event-loop thread. Any thread (a Dagster step, a CLI wo
 requests and gets `concurrent.futures.Future`s back, so documents ingested concurrently share the
 replicas' in-flight caps instead of each bringing its own.
 
-Routing (which replica gets a request) is the pure policy in `routing.py`; this module owns the
-event loop, acquire/release under one condition, the HTTP attempts and their errors. Failures retry
-with jittered exponential backoff (tenacity) on a replica not yet tried for that request, within a
-fleet-wide retry budget.
+Routing (which replica gets a request, when to hedge, how many requests a replica may hold) is the
+pure policy in `routing.py`; this module owns the event loop, acquire/release under one condition,
+the HTTP attempts and their errors, a reader of each replica's `/metrics` (so that processes sharing
+the fleet see each other's load) and the hedging monitor. Failures retry with jittered exponential
+backoff (tenacity) on a replica not yet tried for that request, within a fleet-wide retry budget.
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ from . import routing
 from .breaker import CircuitBreaker
 from .config import FleetConfig
 from .discovery import DEFAULT_DISCOVERY, ModelDiscovery, ResolvedModel
-from .replica import ReplicaState
+from .replica import ReplicaReport, ReplicaState
+from .vllm_metrics import KV_GAUGES, metrics_url, parse_vllm_metrics
+
+HEDGE_CHECK_S = 0.2  # how often open requests are checked for hedging
+METRICS_RETRY_S = 10.0  # a replica whose /metrics failed is read again after this
 
 
 class RetryableFleetError(HeaderGenerationError):
@@ -77,6 +82,8 @@ class FleetResult:
     latency_s: float
     attempts: int
     failovers: int
+    hedged: bool = False  # a duplicate was sent for this request
+    hedge_won: bool = False  # and its answer is this one
 
 
 @dataclass
@@ -85,7 +92,21 @@ class FleetCounters:
     retries: int = 0
     failovers: int = 0
     invalid: int = 0
+    hedges: int = 0  # duplicates sent
+    hedge_wins: int = 0  # duplicates whose answer was used (the other request was cancelled)
     errors: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Ticket:
+    """One request's current attempt, as the hedging monitor sees it."""
+
+    cost: int
+    state: ReplicaState | None = None  # the primary's replica, once dispatched
+    dispatched: float = 0.0
+    hedge: asyncio.Event = field(default_factory=asyncio.Event)  # set by the monitor: send a duplicate
+    hedged: bool = False
+    stalled: bool = False  # the duplicate is sent because the primary's replica stalled
 
 
 class HeaderFleet:
@@ -123,6 +144,12 @@ class HeaderFleet:
                 http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=replica.max_in_flight + 4)),
             )
             states.append(state)
+        self._tickets: dict[int, _Ticket] = {}
+        self._next_ticket = 0
+        self._stalled: set[str] = set()  # replicas the monitor found stalled (routing avoids them)
+        self._background = [asyncio.ensure_future(self._hedge_monitor())]
+        if self.config.metrics_interval_s > 0:
+            self._background.append(asyncio.ensure_future(self._read_metrics(states)))
         return states
 
     def close(self) -> None:
@@ -131,6 +158,9 @@ class HeaderFleet:
         self._closed = True
 
         async def shutdown() -> None:
+            for task in self._background:
+                task.cancel()
+            await asyncio.gather(*self._background, return_exceptions=True)
             for state in self.replicas:
                 await state.client.close()
 
@@ -190,21 +220,34 @@ class HeaderFleet:
                 f"{label}: every replica has been failing for over {self.config.unavailable_timeout_s:.0f} s ({detail})"
             )
 
+    def _pick(self, tried: set[str], cost: int) -> ReplicaState | None:
+        return routing.pick_replica(self.replicas, tried, cost, self._waiting, now=time.monotonic(),
+                                    stalled=self._stalled)
+
+    def _take(self, state: ReplicaState, cost: int) -> ReplicaState:
+        state.in_flight += 1
+        state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
+        state.outstanding_tokens += cost
+        state.breaker.on_dispatch()
+        return state
+
+    async def _try_acquire(self, tried: set[str], cost: int) -> ReplicaState | None:
+        """A slot now, or None (a tail hedge never queues behind work that has no slot yet)."""
+        async with self._cond:
+            state = self._pick(tried, cost)
+            return self._take(state, cost) if state is not None else None
+
     async def _acquire(self, request: FleetRequest, tried: set[str]) -> ReplicaState:
         cost = request.est_prompt_tokens + request.max_tokens
         async with self._cond:
             while True:
-                state = routing.pick_replica(self.replicas, tried, cost, self._waiting)
+                state = self._pick(tried, cost)
                 if state is None:
                     # Only when nothing can take the request: a half-open replica still gets its probe.
                     self._update_down()
                     self._raise_if_down(request.label)
                 if state is not None:
-                    state.in_flight += 1
-                    state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
-                    state.outstanding_tokens += cost
-                    state.breaker.on_dispatch()
-                    return state
+                    return self._take(state, cost)
                 if all(not s.breaker.allow() for s in self.replicas):
                     wait = max(0.05, min(s.breaker.seconds_until_probe() for s in self.replicas))
                 else:
@@ -223,14 +266,20 @@ class HeaderFleet:
             state.outstanding_tokens -= cost
             self._cond.notify(1)
 
-    async def _attempt(self, request: FleetRequest, tried: set[str], attempt: int) -> FleetResult:
-        state = await self._acquire(request, tried)
+    async def _attempt(self, request: FleetRequest, tried: set[str], attempt: int,
+                       ticket: _Ticket | None = None, acquired: ReplicaState | None = None) -> FleetResult:
+        """One try on one replica: `acquired` (a hedge's slot, already taken) or the routed one."""
+        state = acquired or await self._acquire(request, tried)
         failover = bool(tried) and state.url not in tried
-        if failover:
+        if failover and acquired is None:
             self.counters.failovers += 1
         tried.add(state.url)
         cost = request.est_prompt_tokens + request.max_tokens
         started = time.monotonic()
+        request_id = self._next_ticket = self._next_ticket + 1
+        state.open_requests[request_id] = (started, cost)
+        if ticket is not None and acquired is None:
+            ticket.state, ticket.dispatched = state, started
         self.counters.sent += 1
         try:
             from openai import APIStatusError, BadRequestError
@@ -266,12 +315,13 @@ class HeaderFleet:
                 self.counters.invalid += 1
                 raise InvalidAnswerError(f"invalid answer from {state.url} ({exc})") from None
             state.completed += 1
-            state.observe(time.monotonic() - started, cost)
+            now = time.monotonic()
+            state.observe(now - started, cost, now)
             return FleetResult(
                 value=value, raw=raw, replica=state.url, model=state.model,
                 prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
                 completion_tokens=(usage.completion_tokens or 0) if usage else 0,
-                latency_s=time.monotonic() - started, attempts=attempt, failovers=0,
+                latency_s=now - started, attempts=attempt, failovers=0,
             )
         except (RetryableFleetError, RequestTooLargeError, RequestRejectedError):
             raise
@@ -282,9 +332,144 @@ class HeaderFleet:
             self._count_error(type(exc).__name__)
             raise RetryableFleetError(f"{state.url}: {state.last_error}") from None
         finally:
+            state.open_requests.pop(request_id, None)
             if state.breaker.probe_in_flight:  # a probe that ended without a verdict (e.g. cancelled)
                 state.breaker.record_failure()
             await self._release(state, cost)
+
+    async def _hedged_attempt(self, request: FleetRequest, tried: set[str], attempt: int) -> FleetResult:
+        """`_attempt`, with a duplicate on another replica when the monitor says so: the first valid
+        answer wins and the other request is cancelled (its client disconnects; vLLM aborts it)."""
+        if not self.config.hedge:
+            return await self._attempt(request, tried, attempt)
+        ticket = _Ticket(cost=request.est_prompt_tokens + request.max_tokens)
+        key = self._next_ticket = self._next_ticket + 1
+        self._tickets[key] = ticket
+        primary = asyncio.ensure_future(self._attempt(request, tried, attempt, ticket))
+        running = {primary}
+        signal = asyncio.ensure_future(ticket.hedge.wait())
+        hedge: asyncio.Future | None = None
+        error: BaseException | None = None
+        try:
+            while running:
+                done, _ = await asyncio.wait({*running, signal}, return_when=asyncio.FIRST_COMPLETED)
+                if signal in done:
+                    signal = asyncio.ensure_future(asyncio.Event().wait())  # one hedge per attempt
+                    hedge = await self._start_hedge(request, tried, attempt, ticket)
+                    if hedge is not None:
+                        running.add(hedge)
+                    else:  # no slot elsewhere yet: the monitor asks again on a later check
+                        ticket.hedge.clear()
+                        signal = asyncio.ensure_future(ticket.hedge.wait())
+                for task in done & running:
+                    running.discard(task)
+                    if task.exception() is None:
+                        result = task.result()
+                        result.hedged = ticket.hedged
+                        result.hedge_won = task is hedge
+                        if task is hedge:
+                            self.counters.hedge_wins += 1
+                            if ticket.stalled and ticket.state is not None:
+                                # Overtaken on a stalled replica: a failure for its breaker.
+                                ticket.state.breaker.record_failure()
+                        return result
+                    error = task.exception()
+            assert error is not None
+            raise error
+        finally:
+            self._tickets.pop(key, None)
+            signal.cancel()
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+
+    async def _start_hedge(self, request: FleetRequest, tried: set[str], attempt: int,
+                           ticket: _Ticket) -> asyncio.Future | None:
+        """The duplicate's task, or None when no other replica has a slot now. A stalled replica's
+        request queues for a slot like any other (its replica will not answer); a tail hedge does not."""
+        if ticket.state is None or ticket.hedged:
+            return None
+        cost = ticket.cost
+        exclude = tried | {ticket.state.url}
+        try:
+            if ticket.stalled:
+                state = await self._acquire(request, exclude)
+            else:
+                state = await self._try_acquire(exclude, cost)
+        except HeaderGenerationError:  # nothing else is up: the primary is all there is
+            return None
+        if state is None:
+            return None
+        ticket.hedged = True
+        self.counters.hedges += 1
+        return asyncio.ensure_future(self._attempt(request, tried, attempt, acquired=state))
+
+    async def _hedge_monitor(self) -> None:
+        """Every `HEDGE_CHECK_S`: which replicas are stalled, and which open requests get a duplicate."""
+        config = self.config
+        while True:
+            await asyncio.sleep(HEDGE_CHECK_S)
+            if not self._tickets and not self._stalled:
+                continue
+            now = time.monotonic()
+            per_token = {s.url: routing.latency_quantile(s, self.replicas, config.hedge_quantile)
+                         for s in self.replicas}
+            stalled = {s.url for s in self.replicas
+                       if routing.is_stalled(s, now, per_token[s.url], config.hedge_min_s)}
+            if stalled != self._stalled:
+                self._stalled = stalled
+                async with self._cond:
+                    self._cond.notify_all()
+            budget = routing.hedge_budget(self.counters.sent, config.hedge_budget_ratio, config.hedge_budget_min)
+            for ticket in list(self._tickets.values()):
+                if self.counters.hedges >= budget:
+                    break
+                if ticket.state is None or ticket.hedged or ticket.hedge.is_set():
+                    continue
+                threshold = routing.hedge_threshold(per_token[ticket.state.url], ticket.cost, config.hedge_min_s)
+                on_stalled = ticket.state.url in stalled
+                if routing.hedge_due(now - ticket.dispatched, threshold, self._waiting, on_stalled):
+                    ticket.stalled = on_stalled
+                    ticket.hedge.set()
+
+    async def _read_metrics(self, states: list[ReplicaState]) -> None:
+        """Each replica's own view of its queue, every `metrics_interval_s` while requests are out."""
+        retry_at = {s.url: 0.0 for s in states}
+        headers = {}
+        async with httpx.AsyncClient(timeout=httpx.Timeout(1.0)) as client:
+            async def read(state: ReplicaState) -> None:
+                now = time.monotonic()
+                if now < retry_at[state.url]:
+                    return
+                local = state.in_flight
+                key = self.config.api_key_for(state.config)
+                try:
+                    response = await client.get(metrics_url(state.url),
+                                                headers={"Authorization": f"Bearer {key}"} if key else headers)
+                    response.raise_for_status()
+                    values = parse_vllm_metrics(response.text)
+                except Exception:  # no metrics (not vLLM, or down): route on local counts alone
+                    retry_at[state.url] = now + METRICS_RETRY_S
+                    state.report = None
+                    return
+                if "vllm:num_requests_running" not in values:
+                    retry_at[state.url] = now + METRICS_RETRY_S
+                    return
+                kv = next((values[name] for name in KV_GAUGES if name in values), None)
+                report = ReplicaReport(at=time.monotonic(), running=values["vllm:num_requests_running"],
+                                       waiting=values.get("vllm:num_requests_waiting", 0.0), kv_usage=kv,
+                                       local_in_flight=local)
+                state.limit = routing.adapted_limit(state, report, state.report)
+                state.report = report
+
+            while True:
+                await asyncio.sleep(self.config.metrics_interval_s)
+                if self._waiting == 0 and not any(s.in_flight for s in states):
+                    continue
+                await asyncio.gather(*(read(s) for s in states))
+                async with self._cond:
+                    self._cond.notify_all()  # room may have opened on a replica other processes used
 
     def _count_error(self, kind: str) -> None:
         self.counters.errors[kind] = self.counters.errors.get(kind, 0) + 1
@@ -316,11 +501,11 @@ class HeaderFleet:
                 with attempt:
                     attempt_no += 1
                     try:
-                        result = await self._attempt(request, tried, attempt_no)
+                        result = await self._hedged_attempt(request, tried, attempt_no)
                     except RetryableFleetError as exc:
                         errors.append(str(exc))
                         raise
-                    result.failovers = len(tried) - 1
+                    result.failovers = max(0, len(tried) - 1 - int(result.hedged))
                     return result
         except RetryableFleetError:
             raise HeaderGenerationError(

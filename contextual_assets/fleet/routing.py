@@ -1,32 +1,128 @@
-"""Routing policy: which replica gets a request, as pure functions over replica state.
+"""Routing policy: which replica gets a request, which requests to hedge, and how many requests a
+replica may hold, as pure functions over replica state.
 
-No event loop and no network here: the pool (`pool.py`) owns the locking and calls `pick_replica`
-under its condition; tests call it directly on hand-built `ReplicaState`s.
+No event loop and no network here: the pool (`pool.py`) owns the locking and calls these under its
+condition; tests call them directly on hand-built `ReplicaState`s with an explicit `now`.
 
-Policy, in order:
-1. Candidates are replicas under their in-flight cap whose circuit breaker allows a request
-   (closed, or half-open with no probe out).
+Routing, in order:
+1. Candidates are replicas with room under their concurrency limit, counting the requests other
+   processes have on them (what the replica reports in `/metrics` beyond our own), whose circuit
+   breaker allows a request (closed, or half-open with no probe out), and that are not stalled (a
+   request out far longer than its peers' answers take, nothing answered since).
 2. A retry goes to a replica the request has not tried yet. If every candidate was tried but an
    untried replica with a closed breaker exists (it is merely busy), wait for it rather than send
    the request back to a replica it just failed on.
 3. Shortest expected completion: a replica much slower than the fastest healthy one this request may
    still use is used only while the queue is long enough that waiting for a fast slot would take
    longer.
-4. Least outstanding work: estimated outstanding tokens / weight, then in-flight count, then a
-   random tiebreak so equal replicas share the load.
+4. Least outstanding work: estimated outstanding tokens (ours, plus other processes' requests at the
+   size of this one) / weight, then requests on it, then a random tiebreak.
+
+Hedging: a request out longer than a high percentile of answer latency (per token of cost, the
+replica's own answers, or its peers' until it has enough) gets a duplicate on another replica when
+nothing is queued (the tail of a run), or at once when its replica is stalled. The first valid
+answer wins; the pool cancels the other and bounds hedges by a budget.
+
+Concurrency limit (AIMD on the replica's own signals): a replica that keeps requests waiting in two
+reads in a row has a full batch at its running count, so the limit drops to that; KV-cache pressure
+takes one slot off; otherwise the limit grows back by one per read up to the configured cap.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Collection, Sequence
 
-from .replica import ReplicaState
+from .replica import ReplicaReport, ReplicaState
 
 # A replica this many times slower (per token) than the fastest healthy one is used only while the
 # queue is long (see `worth_it`).
 SLOW_FACTOR = 2.5
+# A report older than this says nothing about the replica's queue now.
+REPORT_STALE_S = 3.0
+# KV-cache use at which a replica starts preempting (vLLM recomputes or swaps sequences).
+KV_HIGH = 0.95
+# Answers needed before a latency percentile means anything.
+MIN_LATENCY_SAMPLES = 20
+# A replica is stalled once a request has been out this many hedge thresholds with no answer since.
+STALL_FACTOR = 3.0
 
+
+# ---- load ------------------------------------------------------------------------------------
+
+def concurrency_limit(replica: ReplicaState) -> int:
+    return replica.limit if replica.limit is not None else replica.config.max_in_flight
+
+
+def foreign_load(replica: ReplicaState, now: float) -> int:
+    """Requests other clients have on the replica: its reported running + waiting beyond ours when the
+    report was read (0 without a fresh report, e.g. a server without vLLM's metrics)."""
+    report = replica.report
+    if report is None or now - report.at > REPORT_STALE_S:
+        return 0
+    return max(0, math.ceil(report.running + report.waiting) - report.local_in_flight)
+
+
+def has_room(replica: ReplicaState, now: float) -> bool:
+    return replica.in_flight + foreign_load(replica, now) < concurrency_limit(replica)
+
+
+def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: ReplicaReport | None) -> int:
+    """The replica's concurrency limit after a new `/metrics` read (see the module docstring)."""
+    cap = replica.config.max_in_flight
+    current = concurrency_limit(replica)
+    queueing = report.waiting > 0 and previous is not None and previous.waiting > 0
+    if queueing and report.running >= 1:
+        return max(1, min(cap, int(report.running)))
+    if report.kv_usage is not None and report.kv_usage >= KV_HIGH:
+        return max(1, current - 1)
+    return min(cap, current + 1)
+
+
+# ---- stalls and hedges -----------------------------------------------------------------------
+
+def latency_quantile(replica: ReplicaState, replicas: Sequence[ReplicaState], q: float) -> float | None:
+    """The `q` quantile of answer latency per token of cost: the replica's own answers, or its peers'
+    until it has enough; None before the fleet has answered enough to say."""
+    samples = list(replica.latency_samples)
+    if len(samples) < MIN_LATENCY_SAMPLES:
+        samples = [x for s in replicas for x in s.latency_samples]
+    if len(samples) < MIN_LATENCY_SAMPLES:
+        return None
+    samples.sort()
+    return samples[min(len(samples) - 1, int(q * len(samples)))]
+
+
+def hedge_threshold(per_token: float | None, cost: int, min_s: float) -> float | None:
+    """Seconds after which a request of `cost` tokens is overdue (None: no basis yet)."""
+    return None if per_token is None else max(min_s, per_token * cost)
+
+
+def is_stalled(replica: ReplicaState, now: float, per_token: float | None, min_s: float) -> bool:
+    """A request has been out `STALL_FACTOR` hedge thresholds and the replica answered nothing since."""
+    since = replica.last_answer_at if replica.last_answer_at is not None else -math.inf
+    for dispatched, cost in replica.open_requests.values():
+        threshold = hedge_threshold(per_token, cost, min_s)
+        if threshold is not None and dispatched > since and now - dispatched > STALL_FACTOR * threshold:
+            return True
+    return False
+
+
+def hedge_due(elapsed: float, threshold: float | None, queued: int, stalled: bool) -> bool:
+    """Whether a request out for `elapsed` seconds should get a duplicate now: past its threshold, and
+    either its replica is stalled or nothing is queued (a duplicate would otherwise take a slot from
+    work that has none)."""
+    if threshold is None or elapsed <= threshold:
+        return False
+    return stalled or queued == 0
+
+
+def hedge_budget(sent: int, ratio: float, minimum: int) -> int:
+    return max(minimum, int(ratio * sent))
+
+
+# ---- routing ---------------------------------------------------------------------------------
 
 def pick_replica(
     replicas: Sequence[ReplicaState],
@@ -34,13 +130,18 @@ def pick_replica(
     cost: int,
     waiting: int,
     rand: Callable[[], float] = random.random,
+    now: float = 0.0,
+    stalled: Collection[str] = (),
 ) -> ReplicaState | None:
     """The replica to send a request of `cost` estimated tokens to, or None to wait for a slot.
 
     `tried` holds the URLs this request already failed on; `waiting` is how many requests are
-    queued for a slot. Calls `breaker.allow()` only on replicas under their cap, in order, as the
-    pool always has (a half-open breaker's answer can depend on it)."""
-    available = [s for s in replicas if s.in_flight < s.config.max_in_flight and s.breaker.allow()]
+    queued for a slot; `stalled` the URLs of stalled replicas (see `is_stalled`), used only when no
+    other replica has a closed breaker. Calls `breaker.allow()` only on replicas with room, in order,
+    as the pool always has (a half-open breaker's answer can depend on it)."""
+    healthy_elsewhere = any(s.url not in stalled and s.breaker.state == "closed" for s in replicas)
+    available = [s for s in replicas if has_room(s, now) and not (s.url in stalled and healthy_elsewhere)
+                 and s.breaker.allow()]
     if not available:
         return None
     fresh = [s for s in available if s.url not in tried]
@@ -53,7 +154,12 @@ def pick_replica(
     pool = [s for s in (fresh or available) if worth_it(s, eligible, cost, waiting)]
     if not pool:
         return None  # only much slower replicas are free: a fast slot comes sooner
-    return min(pool, key=lambda s: ((s.outstanding_tokens + 1) / s.config.weight, s.in_flight, rand()))
+
+    def load(s: ReplicaState) -> tuple[float, int, float]:
+        foreign = foreign_load(s, now)
+        return ((s.outstanding_tokens + foreign * cost + 1) / s.config.weight, s.in_flight + foreign, rand())
+
+    return min(pool, key=load)
 
 
 def worth_it(replica: ReplicaState, replicas: Sequence[ReplicaState], cost: int, waiting: int) -> bool:
@@ -69,5 +175,5 @@ def worth_it(replica: ReplicaState, replicas: Sequence[ReplicaState], cost: int,
     if replica.seconds_per_token <= SLOW_FACTOR * fastest:
         return True
     fast = [s for s in known if s.seconds_per_token <= SLOW_FACTOR * fastest]
-    rate = sum(s.config.max_in_flight / (s.seconds_per_token * cost) for s in fast)  # answers per second
+    rate = sum(concurrency_limit(s) / (s.seconds_per_token * cost) for s in fast)  # answers per second
     return replica.seconds_per_token * cost <= waiting / rate + fastest * cost

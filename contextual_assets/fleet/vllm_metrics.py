@@ -11,13 +11,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens")
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+# KV-cache use (a fraction): vLLM v1's name, then the older one.
+KV_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
 
 def parse_vllm_metrics(text: str) -> dict[str, float]:
     """Sum each wanted metric over its label sets (one replica may label by model name)."""
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name in COUNTERS or family.name in GAUGES:
+        if family.name in COUNTERS or family.name in GAUGES or family.name in KV_GAUGES:
             total = sum(s.value for s in family.samples if s.name in (family.name, family.name + "_total"))
             values[family.name] = values.get(family.name, 0.0) + total
     return values

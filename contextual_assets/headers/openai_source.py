@@ -47,6 +47,8 @@ class HeaderRunStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     trimmed_contexts: int = 0
+    hedges: int = 0
+    hedge_wins: int = 0
     latencies: list[float] = field(default_factory=list)
     per_replica: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -55,6 +57,8 @@ class HeaderRunStats:
         self.requests += result.attempts
         self.retries += result.attempts - 1
         self.failovers += result.failovers
+        self.hedges += result.hedged
+        self.hedge_wins += result.hedge_won
         self.prompt_tokens += result.prompt_tokens
         self.completion_tokens += result.completion_tokens
         self.latencies.append(result.latency_s)

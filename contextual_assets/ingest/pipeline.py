@@ -2,9 +2,11 @@
 
 Four stages, each on its own thread, joined by queues:
 
-    parse (in key order, a few documents ahead)
+    parse (largest file first, a few documents ahead)
       -> headers (documents admitted while the chunks in flight stay under a high-water mark, so the
-         shared fleet pool always has work queued, and requests go out roughly in document order)
+         shared fleet pool always has work queued; of the documents parsed, the one with the most
+         header work goes first: longest-processing-time-first, so that no long document starts last
+         and runs alone at the end; requests go out roughly in admission order)
       -> embedding (micro-batches of whatever headers are ready, across documents, as they arrive)
       -> commit (one atomic replace per document, when its last chunk is embedded)
 
@@ -16,6 +18,9 @@ that fails at any stage fails alone; nothing of it is committed. The caller's th
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import os
 import queue
 import statistics
 import threading
@@ -27,7 +32,7 @@ from typing import Any, Literal
 
 from contextual_assets.embedding import Embedder, embedding_text
 from contextual_assets.errors import ContextualError, DocumentError, StaleDocumentError
-from contextual_assets.headers.base import HeaderResult, HeaderSource
+from contextual_assets.headers.base import HeaderRequest, HeaderResult, HeaderSource
 from contextual_assets.headers.context import header_requests
 from contextual_assets.ingest.parse import parse_document, parse_metadata
 from contextual_assets.models import (
@@ -77,6 +82,7 @@ class DocumentJob:
     admitted_at: float
     headers: list[HeaderResult | None]
     vectors: list[list[float] | None]
+    requests: list[HeaderRequest] = field(default_factory=list)
     embedded: int = 0
     headers_done: bool = False
     failed: bool = False
@@ -95,6 +101,30 @@ class DocumentJob:
 
 
 _DONE = (float("inf"), 0)  # sorts after every (document, chunk) in the embedding queue
+
+
+def header_work(requests: list[HeaderRequest]) -> tuple[int, int]:
+    """A document's estimated header cost, for longest-first admission: answers to decode (one per
+    request: decoding dominates an LLM's time per request), then prompt tokens (chunk + context,
+    about 4 characters a token)."""
+    prompt = sum(r.chunk.token_count + sum(len(t) for t in (*r.before, *r.after)) // 4 for r in requests)
+    return len(requests), prompt
+
+
+def largest_first(keys: list[str], size_of: Callable[[str], int]) -> list[str]:
+    """`keys` by estimated size, largest first (ties keep their order): the parse order that lets the
+    longest documents start first."""
+    return sorted(keys, key=lambda k: -size_of(k))
+
+
+def local_file_size(path: str | None) -> int:
+    """The size of a local file, 0 when unknown (an object URL, or gone: the parse reports that)."""
+    if not path or is_object_url(path):
+        return 0
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 class DocumentPipeline:
@@ -200,7 +230,8 @@ class DocumentPipeline:
 
     # ---- parse -------------------------------------------------------------------------------
     def _parse_loop(self, keys: list[str]) -> None:
-        for key in keys:
+        paths = {s.doc_id: s.path for s in self.store.list_sources()} if len(keys) > 1 else {}
+        for key in largest_first(keys, lambda k: local_file_size(paths.get(k))):
             if self._stop.is_set():
                 break
             started = time.monotonic()
@@ -231,9 +262,10 @@ class DocumentPipeline:
             self._events.put(StageEvent("parsed", key, metadata=parse_metadata(doc, self.chunk_tokens,
                                                                                self.counter.name,
                                                                                time.monotonic() - started)))
+            requests = header_requests(doc, self.counter, self.context_tokens)
             while not self._stop.is_set():
                 try:
-                    self._parsed.put(doc, timeout=0.5)
+                    self._parsed.put((doc, requests), timeout=0.5)
                     break
                 except queue.Full:
                     continue
@@ -262,27 +294,44 @@ class DocumentPipeline:
 
     # ---- headers -----------------------------------------------------------------------------
     def _admit_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                doc = self._parsed.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if doc is _DONE:
-                return
-            n = len(doc.chunks)
+        ready: list[tuple[tuple[int, int], int, ParsedDocument, list[HeaderRequest]]] = []  # max-heap by work
+        arrival = itertools.count()  # ties keep parse order (and never compare documents)
+        parsing = True
+        while not self._stop.is_set() and (parsing or ready):
             with self._admission:
                 # Admit while fewer chunks than the high-water mark await headers, so the fleet's queue
-                # never drains at a document boundary; requests still go out in document order.
+                # never drains at a document boundary.
                 self._admission.wait_for(lambda: self._stop.is_set() or self._documents_in_flight == 0 or (
                     self._documents_in_flight < self.settings.max_documents_in_flight
                     and self._chunks_in_flight < self.settings.chunks_in_flight
                 ))
-                if self._stop.is_set():
-                    return
+            if self._stop.is_set():
+                return
+            # Of the documents parsed by now (at most `parse_ahead`), the one with the most header work.
+            block = not ready
+            while parsing and len(ready) < self.settings.parse_ahead:
+                try:
+                    item = self._parsed.get(timeout=0.5) if block else self._parsed.get_nowait()
+                except queue.Empty:
+                    if block and not self._stop.is_set():
+                        continue
+                    break
+                if item is _DONE:
+                    parsing = False
+                    break
+                doc, requests = item
+                work = header_work(requests)
+                heapq.heappush(ready, ((-work[0], -work[1]), next(arrival), doc, requests))
+                block = False
+            if not ready or self._stop.is_set():
+                continue
+            _, _, doc, requests = heapq.heappop(ready)
+            n = len(doc.chunks)
+            with self._admission:
                 self._documents_in_flight += 1
                 self._chunks_in_flight += n
             job = DocumentJob(doc=doc, seq=self._admitted, admitted_at=time.monotonic(), headers=[None] * n,
-                              vectors=[None] * n)
+                              vectors=[None] * n, requests=requests)
             self._admitted += 1
             thread = threading.Thread(target=self._headers, args=(job,), name=f"ingest-headers-{doc.doc_id}",
                                       daemon=True)
@@ -299,7 +348,7 @@ class DocumentPipeline:
             self._admission.notify_all()
 
     def _headers(self, job: DocumentJob) -> None:
-        requests = header_requests(job.doc, self.counter, self.context_tokens)
+        requests = job.requests
         released = 0
 
         def on_result(index: int, result: HeaderResult) -> None:
