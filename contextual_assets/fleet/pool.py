@@ -145,11 +145,19 @@ class HeaderFleet:
             )
             states.append(state)
         self._tickets: dict[int, _Ticket] = {}
+        self._hedges_granted = 0  # hedges the monitor allowed that are not sent yet
         self._next_ticket = 0
         self._stalled: set[str] = set()  # replicas the monitor found stalled (routing avoids them)
         self._background = [asyncio.ensure_future(self._hedge_monitor())]
+        # Set while the replicas' queues have been read since requests started going out; requests
+        # wait for that first read (at most a second), so a process joining a busy fleet does not
+        # fill replicas that other processes already keep full.
+        self._metrics_fresh = asyncio.Event()
+        self._wake_reader = asyncio.Event()
         if self.config.metrics_interval_s > 0:
             self._background.append(asyncio.ensure_future(self._read_metrics(states)))
+        else:
+            self._metrics_fresh.set()
         return states
 
     def close(self) -> None:
@@ -239,6 +247,12 @@ class HeaderFleet:
 
     async def _acquire(self, request: FleetRequest, tried: set[str]) -> ReplicaState:
         cost = request.est_prompt_tokens + request.max_tokens
+        if not self._metrics_fresh.is_set():
+            self._wake_reader.set()
+            try:
+                await asyncio.wait_for(self._metrics_fresh.wait(), timeout=1.0)
+            except asyncio.TimeoutError:
+                pass  # a slow /metrics never holds requests back for long
         async with self._cond:
             while True:
                 state = self._pick(tried, cost)
@@ -388,6 +402,7 @@ class HeaderFleet:
                            ticket: _Ticket) -> asyncio.Future | None:
         """The duplicate's task, or None when no other replica has a slot now. A stalled replica's
         request queues for a slot like any other (its replica will not answer); a tail hedge does not."""
+        self._hedges_granted -= 1
         if ticket.state is None or ticket.hedged:
             return None
         cost = ticket.cost
@@ -423,7 +438,7 @@ class HeaderFleet:
                     self._cond.notify_all()
             budget = routing.hedge_budget(self.counters.sent, config.hedge_budget_ratio, config.hedge_budget_min)
             for ticket in list(self._tickets.values()):
-                if self.counters.hedges >= budget:
+                if self.counters.hedges + self._hedges_granted >= budget:
                     break
                 if ticket.state is None or ticket.hedged or ticket.hedge.is_set():
                     continue
@@ -431,6 +446,7 @@ class HeaderFleet:
                 on_stalled = ticket.state.url in stalled
                 if routing.hedge_due(now - ticket.dispatched, threshold, self._waiting, on_stalled):
                     ticket.stalled = on_stalled
+                    self._hedges_granted += 1  # counted against the budget until sent or given up
                     ticket.hedge.set()
 
     async def _read_metrics(self, states: list[ReplicaState]) -> None:
@@ -455,6 +471,7 @@ class HeaderFleet:
                     return
                 if "vllm:num_requests_running" not in values:
                     retry_at[state.url] = now + METRICS_RETRY_S
+                    state.report = None
                     return
                 kv = next((values[name] for name in KV_GAUGES if name in values), None)
                 report = ReplicaReport(at=time.monotonic(), running=values["vllm:num_requests_running"],
@@ -464,12 +481,15 @@ class HeaderFleet:
                 state.report = report
 
             while True:
-                await asyncio.sleep(self.config.metrics_interval_s)
                 if self._waiting == 0 and not any(s.in_flight for s in states):
-                    continue
+                    self._metrics_fresh.clear()
+                    self._wake_reader.clear()
+                    await self._wake_reader.wait()  # idle: read again when requests go out
                 await asyncio.gather(*(read(s) for s in states))
+                self._metrics_fresh.set()
                 async with self._cond:
                     self._cond.notify_all()  # room may have opened on a replica other processes used
+                await asyncio.sleep(self.config.metrics_interval_s)
 
     def _count_error(self, kind: str) -> None:
         self.counters.errors[kind] = self.counters.errors.get(kind, 0) + 1

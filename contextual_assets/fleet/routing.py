@@ -55,11 +55,15 @@ def concurrency_limit(replica: ReplicaState) -> int:
     return replica.limit if replica.limit is not None else replica.config.max_in_flight
 
 
+def fresh(report: ReplicaReport | None, now: float) -> bool:
+    return report is not None and now - report.at <= REPORT_STALE_S
+
+
 def foreign_load(replica: ReplicaState, now: float) -> int:
     """Requests other clients have on the replica: its reported running + waiting beyond ours when the
     report was read (0 without a fresh report, e.g. a server without vLLM's metrics)."""
     report = replica.report
-    if report is None or now - report.at > REPORT_STALE_S:
+    if report is None or not fresh(report, now):
         return 0
     return max(0, math.ceil(report.running + report.waiting) - report.local_in_flight)
 
@@ -87,7 +91,7 @@ def latency_quantile(replica: ReplicaState, replicas: Sequence[ReplicaState], q:
     until it has enough; None before the fleet has answered enough to say."""
     samples = list(replica.latency_samples)
     if len(samples) < MIN_LATENCY_SAMPLES:
-        samples = [x for s in replicas for x in s.latency_samples]
+        samples = [x for s in replicas if s is not replica for x in s.latency_samples]
     if len(samples) < MIN_LATENCY_SAMPLES:
         return None
     samples.sort()

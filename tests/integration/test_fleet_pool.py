@@ -257,3 +257,105 @@ def test_openai_embeddings_endpoint():
         vectors = embedder.embed([f"text {i}" for i in range(7)])
         assert len(vectors) == 7 and embedder.dimension == 32 and embedder.identity == "openai:sim-embed"
         assert embedder.embed(["text 3"])[0] == vectors[3], "order kept across batches"
+
+
+# ---- hedged requests and fleet-wide signals -------------------------------------------------------
+
+def warm_up(fleet: HeaderFleet, n: int = 48) -> None:
+    """Enough answers on every replica for a latency percentile (hedging has no basis before)."""
+    results_ok(fleet.run([prompt_request(1000 + i, words=100) for i in range(n)]))
+
+
+def test_tail_hedge_first_answer_wins_and_the_loser_is_cancelled():
+    with simulated_fleet([ReplicaSpec(), ReplicaSpec()], time_scale=0.2, cap=4, hedge_min_s=0.2,
+                         metrics_interval_s=0) as (sim, fleet):
+        warm_up(fleet)
+        assert min(len(s.latency_samples) for s in fleet.replicas) >= 20
+        sim.set_faults(1, slowdown=50.0)  # replica 1 degrades: its answers now take 50x longer
+        results = results_ok(fleet.run([prompt_request(i, words=100) for i in range(2)]))
+        assert fleet.counters.hedges == 1 and fleet.counters.hedge_wins == 1
+        won = [r for r in results if r.hedge_won]
+        assert len(won) == 1 and won[0].hedged and won[0].replica == sim.base_urls[0]  # the first answer
+        assert all(r.replica == sim.base_urls[0] for r in results)
+        deadline = time.monotonic() + 5
+        while sim.stats()[1]["aborted"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sim.stats()[1]["aborted"] == 1  # the slow copy was cancelled at the replica, not left running
+        assert all(s.in_flight == 0 for s in fleet.replicas)
+
+
+def test_no_hedge_while_requests_are_queued_for_a_slot():
+    with simulated_fleet([ReplicaSpec(), ReplicaSpec()], time_scale=0.2, cap=2, hedge_min_s=0.2,
+                         metrics_interval_s=0) as (sim, fleet):
+        warm_up(fleet)
+        hedges_before = fleet.counters.hedges
+        results_ok(fleet.run([prompt_request(i, words=100) for i in range(40)]))  # 4 slots, 40 requests
+        # Evenly fast replicas and a queue until the last 4: at most the final wave may be hedged.
+        assert fleet.counters.hedges - hedges_before <= 4
+
+
+def test_a_stalled_replica_requests_are_sent_again_long_before_their_timeout():
+    specs = [ReplicaSpec(), ReplicaSpec(), ReplicaSpec(faults={"stall_s": 600.0})]
+    with simulated_fleet(specs, time_scale=0.1, cap=4, hedge_min_s=0.2, request_timeout_s=60.0,
+                         metrics_interval_s=0) as (sim, fleet):
+        started = time.monotonic()
+        results = results_ok(fleet.run([prompt_request(i, words=100) for i in range(80)]))
+        elapsed = time.monotonic() - started
+        assert all(r.replica != sim.base_urls[2] for r in results)
+        assert fleet.counters.hedges >= 4 and fleet.counters.hedge_wins >= 4  # the first wave's 4 at least
+        assert not any("Timeout" in kind for kind in fleet.counters.errors)  # nobody waited for a timeout
+        assert elapsed < fleet.config.request_timeout_s
+
+
+def test_hedges_never_exceed_their_budget():
+    specs = [ReplicaSpec(), ReplicaSpec(), ReplicaSpec(faults={"stall_s": 600.0})]
+    with simulated_fleet(specs, time_scale=0.1, cap=4, hedge_min_s=0.2, request_timeout_s=4.0,
+                         hedge_budget_min=2, hedge_budget_ratio=0.0, metrics_interval_s=0) as (sim, fleet):
+        results_ok(fleet.run([prompt_request(i, words=100) for i in range(60)]))
+        assert fleet.counters.hedges == 2  # two stalled requests re-sent; the rest waited for their timeout
+        assert fleet.counters.errors.get("APITimeoutError", 0) >= 1
+
+
+def _peak_in_system(sim: FleetSimulator, stop, peaks: list[int]) -> None:
+    while not stop.is_set():
+        for i, s in enumerate(sim.stats()):
+            peaks[i] = max(peaks[i], s["running"] + s["waiting"])
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("signals", [True, False])
+def test_two_pools_sharing_a_fleet_count_each_other_against_the_caps(signals):
+    """Two request pools (as two ingest processes would have; the second starts half a second after
+    the first) on one fleet: with the replicas' own /metrics each pool sees the other's requests, so a
+    replica holds about its cap, not twice it, and answers in proportion to its speed."""
+    import threading
+
+    cap = 8
+    specs = [ReplicaSpec(max_num_seqs=cap), ReplicaSpec(max_num_seqs=cap, speed=0.5)]
+    with FleetSimulator(specs, time_scale=1.0) as sim:
+        config = FleetConfig(replicas=[ReplicaConfig(base_url=u, max_in_flight=cap) for u in sim.base_urls],
+                             metrics_interval_s=0.1 if signals else 0, hedge=False)
+        pools = [HeaderFleet(config, discovery=ModelDiscovery()) for _ in range(2)]
+        peaks, stop = [0, 0], threading.Event()
+        watcher = threading.Thread(target=_peak_in_system, args=(sim, stop, peaks))
+        watcher.start()
+
+        def run(k: int):
+            time.sleep(0.5 * k)
+            return pools[k].run([prompt_request(k * 1000 + i, words=150) for i in range(60)])
+
+        try:
+            with concurrent.futures.ThreadPoolExecutor(2) as runner:
+                for job in [runner.submit(run, k) for k in range(2)]:
+                    results_ok(job.result())
+        finally:
+            stop.set()
+            watcher.join()
+            for p in pools:
+                p.close()
+        completed = [s["completed"] for s in sim.stats()]
+    if signals:
+        assert max(peaks) <= cap + 2, peaks  # a read is up to 0.1 s old: a slot or two may overlap
+        assert completed[0] > 1.5 * completed[1], completed  # shares follow speed (2:1)
+    else:
+        assert max(peaks) >= 2 * cap - 2, peaks  # each pool alone fills every replica to its own cap

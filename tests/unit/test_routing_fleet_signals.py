@@ -1,0 +1,146 @@
+"""The routing policy's fleet-wide signals and hedging rules (`contextual_assets.fleet.routing`):
+pure functions over hand-built replica states with an explicit `now`, no server or event loop."""
+
+from __future__ import annotations
+
+from contextual_assets.fleet import routing
+from contextual_assets.fleet.breaker import CircuitBreaker
+from contextual_assets.fleet.config import ReplicaConfig
+from contextual_assets.fleet.replica import ReplicaReport, ReplicaState
+from contextual_assets.fleet.routing import (
+    adapted_limit,
+    concurrency_limit,
+    foreign_load,
+    has_room,
+    hedge_budget,
+    hedge_due,
+    hedge_threshold,
+    is_stalled,
+    latency_quantile,
+    pick_replica,
+)
+
+NOW = 1000.0
+
+
+def replica(name: str, *, cap: int = 16, in_flight: int = 0, outstanding: int = 0,
+            report: ReplicaReport | None = None, samples: list[float] = ()) -> ReplicaState:
+    state = ReplicaState(config=ReplicaConfig(base_url=f"http://{name}:8000", max_in_flight=cap), model="m",
+                         breaker=CircuitBreaker(failure_threshold=1, cooldown_s=5.0, clock=lambda: NOW),
+                         in_flight=in_flight, outstanding_tokens=outstanding, report=report)
+    state.latency_samples.extend(samples)
+    return state
+
+
+def report(running: float, waiting: float = 0.0, local: int = 0, at: float = NOW, kv: float | None = None):
+    return ReplicaReport(at=at, running=running, waiting=waiting, kv_usage=kv, local_in_flight=local)
+
+
+def name(state: ReplicaState | None) -> str | None:
+    return state.url.split("//")[1].split(":")[0] if state else None
+
+
+# ---- other processes' load -----------------------------------------------------------------------
+
+def test_foreign_load_is_what_the_replica_reports_beyond_our_own_requests():
+    # The replica runs 12 and queues 2; 5 of them were ours when it said so: 9 belong to others.
+    assert foreign_load(replica("a", in_flight=5, report=report(12, 2, local=5)), NOW) == 9
+    # Our requests not yet seen by the replica do not make foreign load negative.
+    assert foreign_load(replica("a", in_flight=8, report=report(3, 0, local=8)), NOW) == 0
+    # No report (a server without vLLM's metrics) or a stale one: local counts alone.
+    assert foreign_load(replica("a", report=None), NOW) == 0
+    stale = report(16, 4, at=NOW - routing.REPORT_STALE_S - 0.1)
+    assert foreign_load(replica("a", report=stale), NOW) == 0
+
+
+def test_room_counts_other_processes_against_the_cap():
+    assert has_room(replica("a", cap=16, in_flight=6, report=report(15, 0, local=6)), NOW)  # 6 + 9 < 16
+    assert not has_room(replica("a", cap=16, in_flight=6, report=report(16, 0, local=6)), NOW)  # 6 + 10
+    assert not has_room(replica("a", cap=16, in_flight=0, report=report(16, 3, local=0)), NOW)
+    # The same replica without a report would look empty.
+    assert has_room(replica("a", cap=16, in_flight=6), NOW)
+
+
+def test_a_replica_busy_with_another_process_gets_nothing_while_an_idle_one_has_room():
+    busy = replica("busy", in_flight=4, outstanding=400, report=report(16, 0, local=4))  # full: 12 foreign
+    half = replica("half", in_flight=4, outstanding=400, report=report(12, 0, local=4))  # 8 foreign
+    idle = replica("idle", in_flight=4, outstanding=400, report=report(4, 0, local=4))
+    assert name(pick_replica([busy, half, idle], set(), 100, 0, rand=lambda: 0.5, now=NOW)) == "idle"
+    assert name(pick_replica([busy, half], set(), 100, 0, rand=lambda: 0.5, now=NOW)) == "half"
+    assert pick_replica([busy], set(), 100, 0, rand=lambda: 0.5, now=NOW) is None
+
+
+# ---- adaptive concurrency ------------------------------------------------------------------------
+
+def test_limit_drops_to_the_running_count_when_the_replica_keeps_queueing():
+    state = replica("a", cap=32)
+    first = report(16, 5)
+    assert adapted_limit(state, first, None) == 32  # one read with a queue is not yet a full batch
+    assert adapted_limit(state, report(16, 3), first) == 16  # two in a row: its batch is full at 16
+    state.limit = 16
+    assert concurrency_limit(state) == 16
+    assert adapted_limit(state, report(10, 0), report(16, 3)) == 17  # no queue: grow back by one
+    state.limit = 32
+    assert adapted_limit(state, report(10, 0), None) == 32  # never above the configured cap
+
+
+def test_kv_cache_pressure_takes_a_slot_off():
+    state = replica("a", cap=16)
+    assert adapted_limit(state, report(16, 0, kv=0.97), None) == 15
+    state.limit = 1
+    assert adapted_limit(state, report(1, 0, kv=0.99), None) == 1  # never below one
+    assert adapted_limit(replica("a", cap=16), report(16, 0, kv=0.5), None) == 16
+
+
+# ---- hedging and stalls ----------------------------------------------------------------------------
+
+def test_latency_quantile_uses_the_replica_own_answers_or_its_peers():
+    own = replica("a", samples=[0.01] * 19 + [0.05])  # 20 samples: its own
+    assert latency_quantile(own, [own], 0.95) == 0.05
+    new = replica("b", samples=[0.5] * 3)  # too few: the peers' answers decide
+    peers = [new, replica("c", samples=[0.02] * 40)]
+    assert latency_quantile(new, peers, 0.95) == 0.02
+    assert latency_quantile(replica("d"), [replica("d")], 0.95) is None  # no basis yet: no hedging
+
+
+def test_hedge_threshold_scales_with_cost_and_has_a_floor():
+    assert hedge_threshold(0.01, 500, min_s=1.0) == 5.0
+    assert hedge_threshold(0.001, 500, min_s=1.0) == 1.0
+    assert hedge_threshold(None, 500, min_s=1.0) is None
+
+
+def test_hedge_only_past_the_threshold_and_only_when_nothing_is_queued_unless_stalled():
+    assert not hedge_due(elapsed=4.0, threshold=5.0, queued=0, stalled=False)
+    assert hedge_due(elapsed=6.0, threshold=5.0, queued=0, stalled=False)
+    # With requests queued a duplicate would take a slot from work that has none.
+    assert not hedge_due(elapsed=6.0, threshold=5.0, queued=3, stalled=False)
+    # A stalled replica will not answer: its requests are re-sent whatever is queued.
+    assert hedge_due(elapsed=6.0, threshold=5.0, queued=3, stalled=True)
+    assert not hedge_due(elapsed=60.0, threshold=None, queued=0, stalled=True)
+
+
+def test_hedge_budget_is_a_share_of_requests_sent_with_a_minimum():
+    assert hedge_budget(sent=50, ratio=0.1, minimum=16) == 16
+    assert hedge_budget(sent=1000, ratio=0.1, minimum=16) == 100
+    assert hedge_budget(sent=1000, ratio=0.0, minimum=0) == 0
+
+
+def test_a_replica_is_stalled_when_a_request_is_long_overdue_and_nothing_answered_since():
+    state = replica("a")
+    per_token = 0.01  # threshold for cost 100: max(1.0, 1.0) = 1 s; stalled past 3 s
+    state.open_requests = {1: (NOW - 2.0, 100)}
+    assert not is_stalled(state, NOW, per_token, min_s=1.0)
+    state.open_requests = {1: (NOW - 3.5, 100)}
+    assert is_stalled(state, NOW, per_token, min_s=1.0)
+    state.last_answer_at = NOW - 1.0  # it answered something after that request left: slow, not stalled
+    assert not is_stalled(state, NOW, per_token, min_s=1.0)
+    assert not is_stalled(replica("b"), NOW, per_token, min_s=1.0)  # nothing out
+    assert not is_stalled(state, NOW, None, min_s=1.0)
+
+
+def test_routing_avoids_a_stalled_replica_unless_it_is_the_only_healthy_one():
+    stalled, ok = replica("stalled"), replica("ok", in_flight=10, outstanding=1000)
+    assert name(pick_replica([stalled, ok], set(), 100, 0, now=NOW, stalled={stalled.url})) == "ok"
+    assert name(pick_replica([stalled, ok], set(), 100, 0, now=NOW)) == "stalled"  # emptier, not stalled
+    ok.breaker.record_failure()  # the other one is open: a stalled replica is better than none
+    assert name(pick_replica([stalled, ok], set(), 100, 0, now=NOW, stalled={stalled.url})) == "stalled"
