@@ -21,6 +21,7 @@ from contextual_assets.defs.partitions import (
 from contextual_assets.errors import DocumentError
 from contextual_assets.ingest.document_keys import document_key, key_for_path
 from contextual_assets.ingest.inbox import file_sha256
+from contextual_assets.ingest.pipeline import local_file_size
 from contextual_assets.models import SourceRecord
 from contextual_assets.parsing import SUPPORTED_EXTENSIONS
 from contextual_assets.store import ChunkStore
@@ -134,7 +135,7 @@ def ingest_partitions(
 ) -> list[PartitionOutcome]:
     """Runs in this process, recorded in the instance: the documents grouped into partition ranges
     as a backfill would (contiguous in the partitions' order, at most the asset's backfill policy's
-    partitions per run), so that their header requests are pipelined across documents.
+    partitions per run, cut at even file size), so that their header requests are pipelined across documents.
 
     `on_done` hears of each document once: a committed one as its commit is recorded, while its run
     still works on the others (from a watcher thread); a failed one when its run has ended."""
@@ -143,7 +144,8 @@ def ingest_partitions(
     per_run = (policy.max_partitions_per_run if policy else None) or len(sources) or 1
     paths = dict(sources)
     outcomes: list[PartitionOutcome] = []
-    for keys in partition_ranges(instance.get_dynamic_partitions(documents_partitions.name), list(paths), per_run):
+    for keys in partition_ranges(instance.get_dynamic_partitions(documents_partitions.name), list(paths), per_run,
+                                 cost=lambda key: local_file_size(str(paths[key]))):
         tags = {"ctx/trigger": "cli"}
         if len(keys) == 1:
             range_kwargs: dict = {"partition_key": keys[0]}

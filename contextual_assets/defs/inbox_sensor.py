@@ -125,11 +125,13 @@ def build_new_documents_sensor(job, options: InboxOptions,
         removed = set(plan.removed) - set(requested)
         added = sorted(k for k in requested if k not in existing)
         # Several documents per run (as a backfill does); new partitions are appended in `added` order,
-        # so they and runs of neighbouring changed ones form contiguous partition ranges.
+        # so they and runs of neighbouring changed ones form contiguous partition ranges, cut into runs
+        # of even estimated cost (file size).
         order = [k for k in ordered if k not in removed] + added
         run_requests = [run_request(inbox, plan, [requested[k] for k in keys], settings.tick)
                         for group in request_groups(plan, requested)
-                        for keys in partition_ranges(order, group, options.partitions_per_run)]
+                        for keys in partition_ranges(order, group, options.partitions_per_run,
+                                                     cost=lambda k: plan.rows[requested[k]].size)]
         for key in sorted(removed):
             purged = chunk_store.purge_document(key)
             context.log.info(f"{key}: purged {purged} chunks")

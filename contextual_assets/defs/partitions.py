@@ -6,6 +6,8 @@ order), so its documents are pipelined together against the header fleet.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import dagster as dg
 
 # The run tags that make a run cover a partition range, as backfills set them (Dagster documents them
@@ -17,19 +19,43 @@ ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 documents_partitions = dg.DynamicPartitionsDefinition(name="documents")
 
 
-def partition_ranges(ordered: list[str], keys: list[str], per_run: int) -> list[list[str]]:
-    """`keys` as runs of consecutive partitions in `ordered`, each at most `per_run` long."""
+def partition_ranges(ordered: list[str], keys: list[str], per_run: int,
+                     cost: Callable[[str], float] | None = None) -> list[list[str]]:
+    """`keys` as runs of consecutive partitions in `ordered`, each at most `per_run` long.
+
+    With `cost` (a document's estimated work, e.g. its file size), a run also ends where the next
+    document would take it past an even share of its stretch's cost (the cost over the runs a count
+    alone would make): runs that overlap end closer together, and a heavy document is not the long
+    pole of a run full of others."""
     position = {key: i for i, key in enumerate(ordered)}
     missing = [k for k in keys if k not in position]
     if missing:
         raise ValueError(f"not registered as partitions: {missing[:5]}")
-    groups: list[list[str]] = []
+    stretches: list[list[str]] = []
     for key in sorted(set(keys), key=position.__getitem__):
-        last = groups[-1] if groups else None
-        if last and position[key] == position[last[-1]] + 1 and len(last) < per_run:
+        last = stretches[-1] if stretches else None
+        if last and position[key] == position[last[-1]] + 1:
             last.append(key)
         else:
-            groups.append([key])
+            stretches.append([key])
+    return [run for stretch in stretches for run in _cut(stretch, per_run, cost)]
+
+
+def _cut(stretch: list[str], per_run: int, cost: Callable[[str], float] | None) -> list[list[str]]:
+    runs = -(-len(stretch) // per_run)
+    if cost is None or runs == 1:
+        return [stretch[i: i + per_run] for i in range(0, len(stretch), per_run)]
+    weights = [max(0.0, float(cost(k))) for k in stretch]
+    share = (sum(weights) or 1.0) / runs
+    groups: list[list[str]] = [[]]
+    filled = 0.0  # cost of the current run
+    for key, weight in zip(stretch, weights):
+        # A new run when this document would take the current one past its share (or it is full).
+        if groups[-1] and (len(groups[-1]) == per_run or filled + weight > share * (1 + 1e-9)):
+            groups.append([])
+            filled = 0.0
+        groups[-1].append(key)
+        filled += weight
     return groups
 
 
