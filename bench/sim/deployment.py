@@ -1,6 +1,7 @@
 """A local Dagster deployment of this repository's workspace: `dagster-webserver` and
 `dagster-daemon` as subprocesses on one DAGSTER_HOME seeded with the shipped dagster.yaml, driven
-through the webserver's GraphQL API exactly as the UI drives it (benchmarks and tests)."""
+through the webserver's GraphQL API exactly as the UI drives it (benchmarks and tests). The two
+executables are those of the running environment: next to the interpreter, else on PATH."""
 
 from __future__ import annotations
 
@@ -18,8 +19,6 @@ from pathlib import Path
 import httpx
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# dagster-webserver / dagster-daemon of the environment running this code, wherever it lives.
-BIN = Path(sys.executable).parent
 WORKSPACE = REPO_ROOT / "workspace.yaml"
 INGEST_ASSETS = ["parsed_chunks", "chunk_headers", "chunk_embeddings"]
 
@@ -54,6 +53,26 @@ BACKFILL_DONE_OK = {"COMPLETED", "COMPLETED_SUCCESS"}
 BACKFILL_DONE_BAD = {"FAILED", "COMPLETED_FAILED", "CANCELED", "CANCELING", "FAILING"}
 
 
+class DeploymentError(RuntimeError):
+    pass
+
+
+def find_executable(name: str, bin_dir: Path | None = None, path: str | None = None) -> Path:
+    """`name` (dagster-webserver, dagster-daemon) of the environment running this code: next to the
+    interpreter (`bin_dir`, default its folder; a venv's scripts live there even when it is not
+    activated), else on PATH (`path`, default $PATH: an interpreter whose scripts are installed elsewhere)."""
+    bin_dir = Path(sys.executable).parent if bin_dir is None else bin_dir
+    beside = bin_dir / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    path = os.environ.get("PATH", "") if path is None else path
+    found = shutil.which(name, path=path)
+    if found:
+        return Path(found)
+    raise DeploymentError(f"{name} not found: not next to the interpreter in {bin_dir}, nor on PATH "
+                          f"({path or 'empty'}); pip install dagster dagster-webserver into this environment")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -73,10 +92,6 @@ def seed_dagster_home(home: Path) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
     return home
-
-
-class DeploymentError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -105,8 +120,8 @@ class DagsterDeployment:
     def start_webserver(self, timeout_s: float = 180) -> subprocess.Popen:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        proc = self.spawn("webserver", [str(BIN / "dagster-webserver"), "-w", str(WORKSPACE), "-h", "127.0.0.1",
-                                        "-p", str(port)])
+        proc = self.spawn("webserver", [str(find_executable("dagster-webserver")), "-w", str(WORKSPACE),
+                                        "-h", "127.0.0.1", "-p", str(port)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -120,7 +135,7 @@ class DagsterDeployment:
         raise DeploymentError(f"dagster-webserver did not answer within {timeout_s} s\n{self.logs()}")
 
     def start_daemon(self) -> subprocess.Popen:
-        return self.spawn("daemon", [str(BIN / "dagster-daemon"), "run", "-w", str(WORKSPACE)])
+        return self.spawn("daemon", [str(find_executable("dagster-daemon")), "run", "-w", str(WORKSPACE)])
 
     def graphql(self, query: str, variables: dict | None = None) -> dict:
         response = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)

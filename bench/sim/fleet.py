@@ -17,7 +17,8 @@ Endpoints per replica::
     POST /v1/rerank, /rerank    query + documents -> results by relevance_score (vLLM / Jina / Cohere shape),
                                 top_n; scored by ``relevance`` (a word-overlap proxy for a cross-encoder)
     POST /v1/score, /score      text_1 x text_2 (1:N or N:N) -> one score per pair, same proxy
-    GET  /metrics               Prometheus text with vLLM metric names (model_name label)
+    GET  /metrics               Prometheus text with vLLM metric names (model_name label): requests
+                                running / waiting, KV-cache usage, token and success counters
     GET  /health                200 while the replica is up
     GET|POST /admin/faults      read / partially update this replica's fault injection (JSON)
     GET|POST /admin/model       read / change the weights behind the served name: POST
@@ -38,18 +39,23 @@ Cost model (one engine loop per replica, continuous batching, times in *simulate
 * then one decode step for all running sequences costs
   ``decode_base_s + decode_s_per_ctx_token * sum(context tokens)`` where a sequence's context is
   its prompt plus the tokens generated so far; every running sequence gains one token;
-* every cost is divided by the replica's ``speed``; the engine sleeps ``cost * time_scale`` real
+* every cost is divided by the replica's ``speed`` (and multiplied by the ``slowdown`` fault); the
+  engine sleeps ``cost * time_scale`` real
   seconds per iteration, against a deadline (sleep overshoot is caught up on the next iteration,
   so wall time tracks simulated time as long as the CPU keeps up; ``stats()["max_lag_s"]`` says
   how far behind it ever got);
 * the prefix cache holds blocks of ``block_size`` tokens keyed by the hash of every token up to and
-  including the block (only identical leading blocks hit), LRU with ``prefix_cache_blocks`` blocks.
+  including the block (only identical leading blocks hit), LRU with ``prefix_cache_blocks`` blocks;
+* KV-cache usage (``vllm:kv_cache_usage_perc``, vLLM v1's name, and the same value as the older
+  ``vllm:gpu_cache_usage_perc``; ``stats()["kv_cache_usage"]``) is a fraction in [0, 1]: the prompt
+  plus generated tokens of the running sequences over ``kv_cache_tokens`` (0: ``max_num_seqs * 2048``),
+  capped at 1. It is a gauge only: admission is bounded by ``max_num_seqs``, never by KV space.
 
 Scoring (/rerank, /score) is prefill only: a request of P prompt tokens (each (query, document) pair
 is one sequence, so the query counts once per document) costs ``prefill_s_per_token * P / speed``,
 served one request after another in a lane of its own beside the chat engine (vLLM serves a
 reranker as a separate pooling model; its batches are compute-bound, so serial time is about
-batched time). No prefix cache, no decode. The tokens count in ``prompt_tokens`` /
+batched time; the ``slowdown`` fault applies too). No prefix cache, no decode. The tokens count in ``prompt_tokens`` /
 ``vllm:prompt_tokens``; ``stats()`` has ``rerank_requests``, ``score_requests`` and ``scoring_s``
 (simulated seconds, not part of ``busy_s``). Faults: errors and stalls as for chat, no malformed
 answers; a pair over ``max_model_len`` is a 400.
@@ -86,7 +92,11 @@ id get their ordinal as a string).
 Faults (``FaultConfig``; construction, ``FleetSimulator.set_faults`` or ``POST /admin/faults``):
 
 * ``error_rate``: HTTP 500 with an OpenAI-style error body (chat, embeddings, rerank and score);
-* ``stall_s`` / ``stall_rate``: the request sleeps ``stall_s`` *wall* seconds before it is processed;
+* ``stall_s`` / ``stall_rate``: the request sleeps ``stall_s`` *wall* seconds before it is processed
+  (a replica that accepts connections and never answers: a large ``stall_s``, ``stall_rate`` 1);
+* ``slowdown`` (>= 1): every engine cost of the replica (prefill, decode step, scoring) is multiplied by
+  it, read at each engine iteration, so setting it mid-run slows the replica from its next step (a
+  GPU that degrades for the tail of a run); 1 is healthy;
 * ``kill_at_s`` / ``restart_at_s``: *wall* seconds after fleet start. A kill closes the listening
   socket (new connections: ``ConnectionRefusedError`` / ``httpx.ConnectError``), aborts every open
   connection (in-flight requests see ``httpx.RemoteProtocolError`` "Server disconnected" or a
@@ -103,7 +113,12 @@ Faults (``FaultConfig``; construction, ``FleetSimulator.set_faults`` or ``POST /
 Other status codes: 400 when prompt + max_tokens exceeds max_model_len ("maximum context length"),
 for ``stream=true`` and for malformed bodies; 404 for an unknown model; 503 for a request that
 survives a kill without its connection (only seen if the client connection outlived the abort).
-A client that disconnects (timeout) has its request aborted in the engine, as vLLM does.
+A client that disconnects (timeout, a cancelled hedge) has its chat request aborted, as vLLM does:
+dropped from the engine, or its stall cut short; ``stats()["aborted"]`` counts them (not the requests
+a kill drops: ``dropped``). ``stats()["open_requests"]`` is the number of chat requests inside the
+handler, from their parsed body to their answer or their client's disconnect (stalled ones included);
+``peak_open_requests`` its maximum since the fleet started (kills and restarts keep it): the most
+requests all clients together ever had in flight on that replica.
 Idle keep-alive connections are closed after 5 s (vLLM's uvicorn default). Under heavy concurrency
 an httpx client sees a rare ``httpx.ReadError`` on a reused keep-alive connection (about 1 in
 2,000 requests at 256 in flight); the same happens against a bare uvicorn app, so clients should
@@ -172,6 +187,7 @@ class FaultConfig:
     restart_at_s: float | None = None
     malformed: str | None = None  # one of MALFORMED_MODES
     malformed_rate: float = 1.0
+    slowdown: float = 1.0  # every engine cost of the replica times this (a degraded GPU), from the next step
     seed: int | None = None  # None: the fleet seed + the replica index
 
     def validate(self) -> None:
@@ -181,6 +197,8 @@ class FaultConfig:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         if self.stall_s < 0:
             raise ValueError("stall_s must be >= 0")
+        if not self.slowdown >= 1.0:  # also rejects NaN
+            raise ValueError(f"slowdown must be >= 1.0, got {self.slowdown}")
         if self.malformed is not None and self.malformed not in MALFORMED_MODES:
             raise ValueError(f"malformed must be one of {MALFORMED_MODES} or null, got {self.malformed!r}")
 
@@ -197,6 +215,7 @@ class ReplicaSpec:
     max_num_seqs: int = 64
     block_size: int = 16
     prefix_cache_blocks: int = 20000
+    kv_cache_tokens: int = 0  # KV-cache capacity for the usage gauge; 0: max_num_seqs * 2048
     prefill_s_per_token: float = 2e-5
     decode_base_s: float = 0.006
     decode_s_per_ctx_token: float = 6e-7
@@ -212,6 +231,8 @@ class ReplicaSpec:
             raise ValueError("speed must be > 0")
         if self.max_num_seqs < 1 or self.block_size < 1:
             raise ValueError("max_num_seqs and block_size must be >= 1")
+        if self.kv_cache_tokens < 0:
+            raise ValueError("kv_cache_tokens must be >= 0 (0: max_num_seqs * 2048)")
         if isinstance(self.faults, dict):
             self.faults = FaultConfig(**self.faults)
         self.faults.validate()
@@ -392,6 +413,8 @@ class Replica:
              "malformed_injected", "rejected", "dropped", "aborted", "kills", "restarts", "embeddings",
              "rerank_requests", "score_requests", "scoring_s"), 0)
         self.scoring_free_at = 0.0  # loop time at which the scoring lane has served what it was given
+        self.open_requests = 0  # chat requests inside the handler (body parsed, no answer yet)
+        self.peak_open_requests = 0  # since start; kills and restarts keep it
         self.app = self._build_app()
 
     def _fault_seed(self) -> int:
@@ -565,8 +588,10 @@ class Replica:
             ctx = 0
             for s in running:
                 ctx += len(s.tokens) + s.generated
-            prefill_cost = spec.prefill_s_per_token * prefill_tokens / spec.speed
-            decode_cost = (spec.decode_base_s + spec.decode_s_per_ctx_token * ctx) / spec.speed
+            # Read every step, so a slowdown set mid-run applies from the next iteration.
+            factor = self.faults.slowdown / spec.speed
+            prefill_cost = spec.prefill_s_per_token * prefill_tokens * factor
+            decode_cost = (spec.decode_base_s + spec.decode_s_per_ctx_token * ctx) * factor
             cost = prefill_cost + decode_cost
             self.acct["busy_s"] += cost
             self.acct["prefill_s"] += prefill_cost
@@ -597,7 +622,6 @@ class Replica:
             running[:] = still
 
     async def generate(self, tokens: list[str], target: int) -> int:
-        epoch = self.epoch
         if not self.alive:
             raise ReplicaDown()
         seq = _Seq(tokens=tokens, target=max(1, target), future=asyncio.get_running_loop().create_future())
@@ -607,8 +631,6 @@ class Replica:
             return await seq.future
         except asyncio.CancelledError:  # the client went away; the engine drops the cancelled seq
             seq.future.cancel()
-            if epoch == self.epoch:
-                self.acct["aborted"] += 1
             raise
 
     # ---- accounting
@@ -623,10 +645,18 @@ class Replica:
             "prompt_tokens": c["prompt_tokens"], "generation_tokens": c["generation_tokens"],
             "prefix_hit_tokens": c["prefix_hit_tokens"], "prefix_query_tokens": c["prefix_query_tokens"],
             "running": len(self.running), "waiting": len(self.waiting),
+            "kv_cache_usage": self.kv_cache_usage(),
+            "open_requests": self.open_requests, "peak_open_requests": self.peak_open_requests,
         }
         for k, v in self.acct.items():
             out[k] = float(v) if k in _FLOAT_ACCT else int(v)
         return out
+
+    def kv_cache_usage(self) -> float:
+        """The share of the KV cache the running sequences hold (prompt + generated tokens), at most 1."""
+        capacity = self.spec.kv_cache_tokens or self.spec.max_num_seqs * 2048
+        used = sum(s.prompt_tokens + s.generated for s in self.running if not s.future.done())
+        return min(1.0, used / capacity)
 
     def metrics_text(self) -> str:
         model = self.spec.model_name.replace("\\", "\\\\").replace('"', '\\"')
@@ -651,6 +681,10 @@ class Replica:
 
         gauge("vllm:num_requests_running", "Number of requests in model execution batches.", len(self.running))
         gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(self.waiting))
+        # vLLM v1's name, and the name older releases (and older dashboards) read; the same value.
+        usage = self.kv_cache_usage()
+        gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
+        gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", usage)
         counter("vllm:prompt_tokens", "Number of prefill tokens processed.", [(lbl, cur["prompt_tokens"])])
         counter("vllm:generation_tokens", "Number of generation tokens processed.",
                 [(lbl, cur["generation_tokens"])])
@@ -758,11 +792,37 @@ class Replica:
         return _error(400, message, "BadRequestError")
 
     async def _chat(self, request):
-        from starlette.responses import JSONResponse
-
         body, err = await self._read_json(request)
         if err is not None:
             return err
+        self.open_requests += 1
+        self.peak_open_requests = max(self.peak_open_requests, self.open_requests)
+        try:
+            return await self._until_disconnect(request, self._chat_answer(body))
+        finally:
+            self.open_requests -= 1
+
+    async def _until_disconnect(self, request, answer):
+        """The response of coroutine `answer`, or a 499 as soon as the client goes away (stalled or in
+        the engine): the work is cancelled and counted as aborted, as vLLM aborts a disconnected request."""
+        epoch = self.epoch
+        task = asyncio.ensure_future(answer)
+        watcher = asyncio.ensure_future(_wait_disconnect(request))
+        try:
+            done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not task.done():
+                task.cancel()
+        if task in done:
+            return task.result()
+        if epoch == self.epoch:  # a kill's dropped connections are not client aborts
+            self.acct["aborted"] += 1
+        return _error(499, "client disconnected", "ClientClosedRequest")
+
+    async def _chat_answer(self, body: dict):
+        from starlette.responses import JSONResponse
+
         spec = self.spec
         err = self._model_error(body)
         if err is not None:
@@ -812,17 +872,8 @@ class Replica:
             content = " ".join(words[:target])
             finish = "length"
 
-        waiter = asyncio.ensure_future(self.generate(tokens, target))
-        watcher = asyncio.ensure_future(_wait_disconnect(request))
         try:
-            done, _ = await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watcher.cancel()
-        if waiter not in done:
-            waiter.cancel()
-            return _error(499, "client disconnected", "ClientClosedRequest")
-        try:
-            generated = waiter.result()
+            generated = await self.generate(tokens, target)
         except ReplicaDown:
             return _error(503, "replica is shutting down", "ServiceUnavailableError")
         self.counters["success_length" if finish == "length" else "success_stop"] += 1
@@ -1010,7 +1061,7 @@ class Replica:
         """Wait out a scoring request's prefill in the replica's scoring lane (FIFO, one request at a
         time); None, or a 503 when the replica was killed meanwhile."""
         spec = self.spec
-        cost = spec.prefill_s_per_token * max(1, n_tokens) / spec.speed
+        cost = spec.prefill_s_per_token * max(1, n_tokens) * self.faults.slowdown / spec.speed
         loop = asyncio.get_running_loop()
         epoch = self.epoch
         # Each request's end is fixed on arrival from the lane's own clock, so sleep overshoot does not
@@ -1182,7 +1233,9 @@ class FleetSimulator:
 
     def stats(self) -> list[dict]:
         """Per replica: completed, prompt/generation tokens, prefix hit/query tokens, busy_s (simulated
-        seconds, = prefill_s + decode_s), busy_wall_s, steps, max_lag_s, injected faults, dropped/aborted/rejected requests, kills..."""
+        seconds, = prefill_s + decode_s), busy_wall_s, steps, max_lag_s, injected faults,
+        dropped/aborted/rejected requests, kills, running/waiting, kv_cache_usage,
+        open_requests/peak_open_requests..."""
         return self._call_sync(lambda: [r.stats() for r in self.replicas])
 
     def metrics_text(self, i: int) -> str:

@@ -22,3 +22,33 @@ def test_fault_scenario(name, kwargs, tmp_path):
     assert result.chunks_lost == 0, result.detail
     assert result.duplicates == 0, result.detail
     assert result.chunks_committed == result.chunks_expected, result.detail
+
+
+class CountingFleet:
+    """Stands in for faults.Fleet: each look at the completed count finds one more answer."""
+
+    def __init__(self) -> None:
+        self.answers = 0
+
+    def completed(self) -> int:
+        self.answers += 1
+        return self.answers
+
+
+def test_completion_trigger_applies_once_at_its_threshold():
+    applied = []
+    trigger = faults.CompletionTrigger(CountingFleet(), threshold=5, apply=lambda: applied.append(1),
+                                       poll_s=0.001).start()
+    trigger._thread.join(5)
+    trigger.stop()
+    assert applied == [1] and trigger.completed_when_fired == 5 and trigger.fired_after_s is not None
+
+    never = faults.CompletionTrigger(CountingFleet(), threshold=10**9, apply=lambda: applied.append(2),
+                                     poll_s=0.001).start()
+    never.stop()
+    assert applied == [1] and never.fired_after_s is None
+
+
+def test_tail_scenarios_are_registered():
+    assert {"stalled_replica", "slow_tail"} <= set(faults.SCENARIOS)
+    assert all(name in faults.__doc__ for name in faults.SCENARIOS)

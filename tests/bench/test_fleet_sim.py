@@ -18,7 +18,7 @@ import time
 import httpx
 import pytest
 
-from bench.sim import FleetSimulator, ReplicaSpec
+from bench.sim import FaultConfig, FleetSimulator, ReplicaSpec
 from tests.support import REPO_ROOT
 
 
@@ -631,3 +631,151 @@ def test_scoring_faults_and_service_time(client):
         # Injected errors cost nothing; the stalled request and the three big ones their prefill.
         small = sum(len(RERANK_QUERY.split()) + len(d.split()) for d in RERANK_DOCS)
         assert fleet.stats()[0]["scoring_s"] == pytest.approx(2e-5 * (small + 3 * 10_000))
+
+
+def wait_for(predicate, timeout: float = 10.0, what: str = "a condition") -> None:
+    """Poll `predicate` (a loaded machine is slow, never faster): fail after `timeout` wall seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_slowdown_fault_multiplies_engine_costs_and_applies_mid_request(client):
+    with pytest.raises(ValueError, match="slowdown"):
+        FaultConfig(slowdown=0.5).validate()
+    with pytest.raises(ValueError, match="slowdown"):
+        ReplicaSpec(faults={"slowdown": float("nan")})
+    specs = [ReplicaSpec(output_tokens_mean=200), ReplicaSpec(output_tokens_mean=200)]
+    with FleetSimulator(specs, time_scale=0.05) as fleet:
+        admin = fleet.base_urls[1].removesuffix("/v1") + "/admin/faults"
+        assert client.post(admin, json={"slowdown": 0.9}).status_code == 400
+        with pytest.raises(ValueError, match="slowdown"):
+            fleet.set_faults(1, slowdown=0.0)
+        assert client.post(admin, json={"slowdown": 3}).json()["slowdown"] == 3
+        fleet.set_faults(0, error_rate=0.0)  # replica 0 stays healthy (slowdown 1.0 by default)
+        assert fleet.get_faults(0)["slowdown"] == 1.0
+        for url in fleet.base_urls:
+            for k in range(2):
+                assert post_chat(client, url, words(400, f"w{k}_"), max_tokens=40).status_code == 200
+        healthy, slow = fleet.stats()
+        assert healthy["generation_tokens"] == slow["generation_tokens"] and healthy["steps"] == slow["steps"]
+        for key in ("busy_s", "prefill_s", "decode_s"):
+            assert slow[key] == pytest.approx(3 * healthy[key], rel=1e-9), key
+        # Scoring costs are engine costs too.
+        fleet.set_faults(0, slowdown=1.0)
+        for url in fleet.base_urls:
+            assert client.post(f"{url}/score", json={"text_1": "a b", "text_2": ["c d e"]}).status_code == 200
+        healthy, slow = fleet.stats()
+        assert slow["scoring_s"] == pytest.approx(3 * healthy["scoring_s"])
+
+    # Set while a request decodes: the steps after it cost 4x, those before 1x. (Natural answers of
+    # ~1,000 tokens, cut at max_tokens: both requests decode exactly 200 steps.)
+    with FleetSimulator([ReplicaSpec(output_tokens_mean=1000)], time_scale=0.5) as fleet:
+        url = fleet.base_urls[0]
+        assert post_chat(client, url, words(50, "base"), max_tokens=200).status_code == 200
+        base = fleet.stats()[0]["busy_s"]
+
+        async def slowed_midway():
+            async with httpx.AsyncClient(timeout=60) as c:
+                task = asyncio.ensure_future(c.post(f"{url}/chat/completions",
+                                                    json=chat_body(words(50, "mid"), max_tokens=200)))
+                await asyncio.to_thread(wait_for, lambda: fleet.stats()[0]["generation_tokens"] >= 200 + 40,
+                                        10, "40 decode steps")
+                fleet.set_faults(0, slowdown=4.0)
+                return await task
+
+        assert asyncio.run(slowed_midway()).status_code == 200
+        s = fleet.stats()[0]
+        assert s["generation_tokens"] == 400
+        second = s["busy_s"] - base
+        # 40 to 160 of the 200 steps (the poll can lag) at 4x: strictly between 1x and 4x the healthy cost.
+        assert 1.5 * base < second < 3.9 * base, (second, base)
+
+
+def test_kv_cache_usage_gauge_under_both_names(client):
+    with pytest.raises(ValueError, match="kv_cache_tokens"):
+        ReplicaSpec(kv_cache_tokens=-1)
+    specs = [ReplicaSpec(max_num_seqs=4), ReplicaSpec(kv_cache_tokens=100)]
+    with FleetSimulator(specs, time_scale=1.0) as fleet:
+        url = fleet.base_urls[0]
+        idle = metrics(client, url)
+        assert idle["vllm:kv_cache_usage_perc"] == idle["vllm:gpu_cache_usage_perc"] == 0.0
+
+        async def sample_while_decoding(base_url: str, n: int) -> dict[str, float]:
+            async with httpx.AsyncClient(timeout=30) as c:
+                tasks = [asyncio.ensure_future(c.post(f"{base_url}/chat/completions",
+                                                      json=chat_body(words(300, f"kv{k}_"), max_tokens=60)))
+                         for k in range(n)]
+                deadline = time.monotonic() + 10
+                while True:
+                    sample = parse_metrics((await c.get(base_url.removesuffix("/v1") + "/metrics")).text)
+                    if sample["vllm:num_requests_running"] == n and sample["vllm:generation_tokens_total"] > 0:
+                        break
+                    assert time.monotonic() < deadline, "never saw the batch decoding"
+                    await asyncio.sleep(0.01)
+                for r in await asyncio.gather(*tasks):
+                    assert r.status_code == 200
+                return sample
+
+        during = asyncio.run(sample_while_decoding(url, 2))
+        # Two sequences of 301 prompt tokens plus up to 60 generated, over 4 x 2,048 tokens.
+        assert 2 * 301 / 8192 < during["vllm:kv_cache_usage_perc"] <= 2 * 361 / 8192
+        assert during["vllm:gpu_cache_usage_perc"] == during["vllm:kv_cache_usage_perc"]
+        text = client.get(url.removesuffix("/v1") + "/metrics").text
+        for name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+            assert f"# TYPE {name} gauge" in text
+            assert re.search(rf'^{re.escape(name)}\{{model_name="sim-model"\}} 0\.0$', text, re.M), name
+        assert fleet.stats()[0]["kv_cache_usage"] == 0.0
+
+        # A cache smaller than one prompt: capped at 1.
+        full = asyncio.run(sample_while_decoding(fleet.base_urls[1], 1))
+        assert full["vllm:kv_cache_usage_perc"] == full["vllm:gpu_cache_usage_perc"] == 1.0
+
+
+def test_open_and_peak_open_requests_count_stalled_and_disconnected(client):
+    with FleetSimulator([ReplicaSpec(), ReplicaSpec()], time_scale=0.05) as fleet:
+        url = fleet.base_urls[0]
+        s = fleet.stats()[0]
+        assert s["open_requests"] == 0 and s["peak_open_requests"] == 0
+        assert client.post(f"{url}/chat/completions", content=b"not json").status_code == 400
+        assert fleet.stats()[0]["peak_open_requests"] == 0  # no parsed body, never inside the handler
+
+        fleet.set_faults(0, stall_s=0.5)
+
+        async def three_stalled():
+            async with httpx.AsyncClient(timeout=30) as c:
+                tasks = [asyncio.ensure_future(c.post(f"{url}/chat/completions",
+                                                      json=chat_body(f"open {k}", max_tokens=4)))
+                         for k in range(3)]
+                await asyncio.to_thread(wait_for, lambda: fleet.stats()[0]["open_requests"] == 3, 10,
+                                        "three open requests")
+                return await asyncio.gather(*tasks)
+
+        assert [r.status_code for r in asyncio.run(three_stalled())] == [200] * 3
+        s = fleet.stats()[0]
+        assert s["open_requests"] == 0 and s["peak_open_requests"] == 3 and s["stalls_injected"] == 3
+
+        # A client that gives up on a stalled request closes it at once, counted as aborted.
+        fleet.set_faults(0, stall_s=3600)
+        with pytest.raises(httpx.TimeoutException), httpx.Client(timeout=0.2) as impatient:
+            post_chat(impatient, url, "never answered", max_tokens=4)
+        wait_for(lambda: fleet.stats()[0]["open_requests"] == 0, 5, "the stalled request to close")
+        assert fleet.stats()[0]["aborted"] == 1
+
+        # A kill drops what is open (not an abort); the peak survives the kill and the restart.
+        async def open_then_kill():
+            async with httpx.AsyncClient(timeout=30) as c:
+                task = asyncio.ensure_future(c.post(f"{url}/chat/completions", json=chat_body("stuck")))
+                await asyncio.to_thread(wait_for, lambda: fleet.stats()[0]["open_requests"] == 1, 10,
+                                        "an open request")
+                await asyncio.to_thread(fleet.kill, 0)
+                return await asyncio.gather(task, return_exceptions=True)
+
+        asyncio.run(open_then_kill())
+        fleet.restart(0)
+        fleet.set_faults(0, stall_s=0.0)
+        assert post_chat(client, url, "after restart", max_tokens=4).status_code == 200
+        s = fleet.stats()[0]
+        assert s["open_requests"] == 0 and s["peak_open_requests"] == 3 and s["aborted"] == 1
+        assert fleet.stats()[1]["peak_open_requests"] == 0
