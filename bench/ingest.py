@@ -19,11 +19,30 @@ as on real GPUs); pass --time-scale to fix it instead.
 
 Idle while pending: whole seconds, from the first header request to the last one admitted by a
 replica, in which no replica's `vllm:prompt_tokens` counter moved (from /metrics sampled at 10 Hz).
+
+Model floor (`model_floor_s`, bench/model_floor.py): the simulator's own service time for the same
+requests under ideal packing and an unlimited prefix cache, divided over the fleet's capacity, from
+its cost model and not through the platform's pool; every result has `wall_over_model_floor`.
+
+Workloads (--workload; --documents N resizes those with a document count):
+
+* seed, codebase, small: long PDFs, the codebase set, 200 short notes (platform = one backfill);
+* skewed: 40 Markdown documents, one of them 15x the median chunk count and named to sort last
+  (`zz_...`), so that admission in key order starts it last;
+* stream: 2,000 small-to-medium Markdown documents dropped into the inbox in --waves waves (every
+  --wave-interval seconds) and ingested by the `new_documents` sensor of a real daemon, in as many
+  runs as it makes; `run_boundaries` has the gap between consecutive runs' commits and the idle
+  seconds inside it;
+* shared-fleet: two `ctx ingest` processes at once (one half of the corpus each, Postgres store)
+  on one fleet of unequal replicas (speeds 1, 1, 0.6, 0.4; cap 16 each): per-replica share of
+  completed requests against capacity share, and each replica's peak of open requests against the
+  cap (`peak_open_requests`, counted by the simulator over all clients).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -32,11 +51,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.model_floor import CostModel, floor_figures
 from bench.report import write_json
-from bench.sim import SimFleet
+from bench.sim import ReplicaSpec, SimFleet
 
 SPEEDS = (1.0, 1.0, 0.775, 0.775)
 CAP = 16
+# What `SimFleet.start` serves (the simulator's defaults, CAP slots): the model floor's costs.
+SIM_SPEC = ReplicaSpec(max_num_seqs=CAP)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CODEBASE = REPO_ROOT.parent / "shared" / "datasets" / "anthropic-codebase" / "codebase_chunks.json"
 
@@ -134,30 +156,98 @@ def build_small(dest: Path, documents: int = 200) -> list[Path]:
     return paths
 
 
-WORKLOADS = {"seed": build_seed, "codebase": build_codebase, "small": build_small}
+def _markdown(rng, title: str, topic: str, sections: int, paragraphs: int) -> str:
+    """A titled Markdown document of `sections` headed sections of `paragraphs` paragraphs each
+    (a paragraph is about one 200-token chunk)."""
+    parts = [f"# {title}\n"]
+    for s in range(sections):
+        parts.append(f"## {s + 1}. {topic.capitalize()} {rng.choice(['procedure', 'terms', 'controls', 'records'])}\n")
+        for _ in range(paragraphs):
+            parts.append(" ".join(_sentence(rng, topic, rng.randint(14, 22)) for _ in range(rng.randint(4, 7))) + "\n")
+    return "\n".join(parts)
+
+
+def build_skewed(dest: Path, documents: int = 40, sections: int = 3, paragraphs: int = 2,
+                 factor: int = 15) -> list[Path]:
+    """`documents` - 1 similar Markdown documents (~sections x paragraphs chunks each) and one with
+    `factor` times as many sections, named to sort last: admission in key order starts it last."""
+    import random
+
+    dest.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for d in range(documents):
+        last = d == documents - 1
+        rng = random.Random(7000 + d)
+        topic = _TOPICS[d % len(_TOPICS)]
+        name = "zz_master_handbook.md" if last else f"doc_{d + 1:03d}.md"
+        title = "Master handbook" if last else f"Procedure {d + 1}: {topic}"
+        path = dest / name
+        path.write_text(_markdown(rng, title, topic, sections * (factor if last else 1), paragraphs))
+        paths.append(path)
+    return paths
+
+
+def build_mixed(dest: Path, documents: int, seed: int, prefix: str = "doc") -> list[Path]:
+    """Small-to-medium Markdown documents, 1 to 10 chunks (about 2.5 on average)."""
+    import random
+
+    dest.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for d in range(documents):
+        rng = random.Random(seed + d)
+        topic = _TOPICS[d % len(_TOPICS)]
+        sections, paragraphs = rng.choice((1, 1, 1, 2, 2, 3, 5)), rng.choice((1, 1, 2))
+        path = dest / f"{prefix}_{d + 1:04d}.md"
+        path.write_text(_markdown(rng, f"{prefix.capitalize()} {d + 1}: {topic}", topic, sections, paragraphs))
+        paths.append(path)
+    return paths
+
+
+def build_stream(dest: Path, documents: int = 2000) -> list[Path]:
+    """The inbox stream's documents (dropped in waves by `run_stream`)."""
+    return build_mixed(dest, documents, seed=9000)
+
+
+def build_shared_fleet(dest: Path, documents: int = 160) -> list[Path]:
+    """Two halves in folders a/ and b/, one per `ctx ingest` process of `run_shared_fleet`."""
+    half = documents // 2
+    return build_mixed(dest / "a", half, seed=11000, prefix="a") + \
+        build_mixed(dest / "b", documents - half, seed=12000, prefix="b")
+
+
+WORKLOADS = {"seed": build_seed, "codebase": build_codebase, "small": build_small, "skewed": build_skewed,
+             "stream": build_stream, "shared-fleet": build_shared_fleet}
+# Fleets other than SPEEDS: two processes sharing unequal replicas.
+WORKLOAD_SPEEDS = {"shared-fleet": (1.0, 1.0, 0.6, 0.4)}
+
+
+def workload_speeds(workload: str) -> tuple[float, ...]:
+    return WORKLOAD_SPEEDS.get(workload, SPEEDS)
 
 
 # ---- the simulated fleet, one cold process per measurement -----------------------------------------
 
-def start_fleet(workdir: Path, time_scale: float) -> SimFleet:
+def start_fleet(workdir: Path, time_scale: float, speeds: tuple[float, ...] = SPEEDS) -> SimFleet:
     try:
-        return SimFleet.start(workdir, time_scale, speeds=SPEEDS, max_num_seqs=CAP)
+        return SimFleet.start(workdir, time_scale, speeds=speeds, max_num_seqs=CAP)
     except RuntimeError as exc:
         raise SystemExit(str(exc)) from exc
 
 
-def fleet_figures(sim: SimFleet, timeline) -> dict:
-    """Shares per replica and the idle seconds of the sampled /metrics timeline."""
+def fleet_figures(sim: SimFleet, timeline, speeds: tuple[float, ...] = SPEEDS) -> dict:
+    """Shares per replica, each replica's peak of open requests (all clients together; None from a
+    simulator without the key) and the idle seconds of the sampled /metrics timeline."""
     stats = sim.stats()
     completed = [s["completed"] for s in stats]
     total = sum(completed) or 1
-    capacity = [s / sum(SPEEDS) for s in SPEEDS]
+    capacity = [s / sum(speeds) for s in speeds]
     share = [c / total for c in completed]
     figures = {
         "replica_share": [round(x, 4) for x in share],
         "capacity_share": [round(x, 4) for x in capacity],
         "share_max_relative_error": round(max(abs(a - b) / b for a, b in zip(share, capacity)), 4),
         "sim_busy_s": [round(s["busy_s"], 2) for s in stats],
+        "peak_open_requests": [s.get("peak_open_requests") for s in stats],
         "requests": total,
     }
     figures.update(idle_figures(timeline))
@@ -241,21 +331,48 @@ def header_source(fleet, counter, store=None):
     return OpenAIHeaderSource(fleet, load_prompt(DEFAULT_PROMPT), counter, store=store)
 
 
-def run_floor(workdir: Path, time_scale: float, docs, counter, settings) -> dict:
-    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+def corpus_requests(docs, counter, settings, source, context_limit: int | None) -> list:
+    """Every header request of the corpus, as the platform would send it (one chunk a request)."""
     from contextual_assets.headers.budget import fit_prompt
     from contextual_assets.headers.context import header_requests
 
-    sim = start_fleet(workdir, time_scale)
+    requests = []
+    for doc in docs:
+        for request in header_requests(doc, counter, settings.context_tokens):
+            fitted = fit_prompt(request, source.prompt, counter, context_limit=context_limit,
+                                max_output_tokens=source.max_output_tokens, safety=source.token_safety)
+            requests.append(source._single(request, fitted))
+    return requests
+
+
+def request_body(request) -> dict:
+    """The chat body the pool sends for a FleetRequest (model and temperature do not count)."""
+    return {"messages": request.messages, "max_tokens": request.max_tokens, **(request.extra_body or {})}
+
+
+def model_floor(docs, counter, settings, time_scale: float, speeds: tuple[float, ...] = SPEEDS) -> dict:
+    """`model_floor_s` and its totals (bench/model_floor.py): no fleet, no network. The source is
+    only used to render requests, so it needs no fleet; the context limit is the simulator's."""
+    source = header_source(None, counter)
+    requests = corpus_requests(docs, counter, settings, source, SIM_SPEC.max_model_len)
+    return floor_figures([request_body(r) for r in requests], speeds, time_scale, CostModel.of(SIM_SPEC))
+
+
+def with_model_floor(result: dict, floor_s: float) -> dict:
+    """A mode's result with the model floor and its wall over it."""
+    result["model_floor_s"] = floor_s
+    result["wall_over_model_floor"] = round(result["wall_s"] / floor_s, 3) if floor_s else None
+    return result
+
+
+def run_floor(workdir: Path, time_scale: float, docs, counter, settings, speeds: tuple[float, ...] = SPEEDS) -> dict:
+    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+
+    sim = start_fleet(workdir, time_scale, speeds)
     fleet = header_fleet(sim.base_urls)
     try:
         source = header_source(fleet, counter)
-        requests = []
-        for doc in docs:
-            for request in header_requests(doc, counter, settings.context_tokens):
-                fitted = fit_prompt(request, source.prompt, counter, context_limit=fleet.context_limit,
-                                    max_output_tokens=source.max_output_tokens, safety=source.token_safety)
-                requests.append(source._single(request, fitted))
+        requests = corpus_requests(docs, counter, settings, source, fleet.context_limit)
         sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
         started = time.monotonic()
         results = fleet.run(requests)
@@ -264,7 +381,7 @@ def run_floor(workdir: Path, time_scale: float, docs, counter, settings) -> dict
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             raise SystemExit(f"floor: {len(failed)} requests failed: {failed[0]}")
-        figures = fleet_figures(sim, timeline)
+        figures = fleet_figures(sim, timeline, speeds)
     finally:
         fleet.close()
         sim.stop()
@@ -272,14 +389,15 @@ def run_floor(workdir: Path, time_scale: float, docs, counter, settings) -> dict
     return {"wall_s": round(wall, 2), **figures}
 
 
-def calibrate(workdir: Path, docs, counter, settings, embed_s: float, probe_scale: float = 0.5) -> float:
+def calibrate(workdir: Path, docs, counter, settings, embed_s: float, probe_scale: float = 0.5,
+              speeds: tuple[float, ...] = SPEEDS) -> float:
     """The time scale at which the floor is twice the embedding time. Floor wall time is linear in
     the scale while the client keeps the fleet full, so one probe at `probe_scale` fixes it."""
-    probe = run_floor(workdir, probe_scale, docs, counter, settings)
+    probe = run_floor(workdir, probe_scale, docs, counter, settings, speeds)
     return round(probe_scale * 2 * embed_s / probe["wall_s"], 4)
 
 
-def run_legacy(workdir: Path, time_scale: float, docs, counter, settings) -> dict:
+def run_legacy(workdir: Path, time_scale: float, docs, counter, settings, speeds: tuple[float, ...] = SPEEDS) -> dict:
     from contextual_assets.embedding import SentenceTransformerEmbedder, embed_chunks
     from contextual_assets.fleet.vllm_metrics import MetricsSampler
     from contextual_assets.headers.context import header_requests
@@ -290,7 +408,7 @@ def run_legacy(workdir: Path, time_scale: float, docs, counter, settings) -> dic
     store = open_store(None, workdir / f"legacy-{time.monotonic_ns()}.duckdb")
     embedder = SentenceTransformerEmbedder()
     embedder.warm()
-    sim = start_fleet(workdir, time_scale)
+    sim = start_fleet(workdir, time_scale, speeds)
     fleet = header_fleet(sim.base_urls)
     try:
         source = header_source(fleet, counter, store=store)
@@ -312,7 +430,7 @@ def run_legacy(workdir: Path, time_scale: float, docs, counter, settings) -> dic
                 file_hash=doc.file_hash, n_chunks=len(embedded), updated_at=""), embedded)
         wall = time.monotonic() - started
         timeline = sampler.stop()
-        figures = fleet_figures(sim, timeline)
+        figures = fleet_figures(sim, timeline, speeds)
         chunks = store.count_chunks(version)
     finally:
         fleet.close()
@@ -322,7 +440,7 @@ def run_legacy(workdir: Path, time_scale: float, docs, counter, settings) -> dic
 
 
 def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_chunks: int,
-                 timeout_s: float = 1800) -> dict:
+                 speeds: tuple[float, ...] = SPEEDS, timeout_s: float = 1800) -> dict:
     import dagster as dg
 
     from bench.sim.deployment import (
@@ -339,11 +457,9 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     root = workdir / f"platform-{time.monotonic_ns()}"
     home = seed_dagster_home(root / "dagster_home")
     duckdb_path = root / "index.duckdb"
-    sim = start_fleet(workdir, time_scale)
+    sim = start_fleet(workdir, time_scale, speeds)
     env = deployment_env(home, CTX_HOME=str(root / ".ctx"), CTX_INBOX=str(root / "inbox"),
-                         CTX_DUCKDB_PATH=str(duckdb_path), CTX_HEADER_SOURCE="openai",
-                         CTX_LLM_BASE_URLS=",".join(sim.base_urls), CTX_LLM_MAX_IN_FLIGHT=str(CAP),
-                         **{k: v for k, v in os.environ.items() if k == "CTX_PARTITIONS_PER_RUN"})
+                         CTX_DUCKDB_PATH=str(duckdb_path), **fleet_settings(sim))
     keys = [partition_key_for(p.name) for p in paths]
     store = open_store(None, duckdb_path)
     for key, path in zip(keys, paths):
@@ -361,7 +477,7 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
         deployment.start_daemon()  # its first backfill iteration picks the backfill up at once
         backfill = deployment.wait_backfill(backfill_id, timeout_s=timeout_s)
         timeline = sampler.stop()
-        figures = fleet_figures(sim, timeline)
+        figures = fleet_figures(sim, timeline, speeds)
         runs = backfill["runs"]
         launches, run_starts = [], []
         for run in runs:
@@ -409,6 +525,346 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     }
 
 
+def fleet_settings(sim: SimFleet) -> dict[str, str]:
+    """The platform's settings for the simulated fleet (and CTX_PARTITIONS_PER_RUN when given)."""
+    return {"CTX_HEADER_SOURCE": "openai", "CTX_LLM_BASE_URLS": ",".join(sim.base_urls),
+            "CTX_LLM_MAX_IN_FLIGHT": str(CAP),
+            **{k: v for k, v in os.environ.items() if k == "CTX_PARTITIONS_PER_RUN"}}
+
+
+# ---- stream: the inbox sensor of a real daemon, files arriving in waves -----------------------------
+
+START_SENSOR = """
+mutation ($selector: SensorSelector!) {
+  startSensor(sensorSelector: $selector) {
+    __typename
+    ... on Sensor { sensorState { status } }
+    ... on Error { message }
+  }
+}
+"""
+# workspace.yaml's code location, and Dagster's name for the repository of a module's Definitions.
+SENSOR_SELECTOR = {"repositoryLocationName": "contextual_retrieval", "repositoryName": "__repository__",
+                   "sensorName": "new_documents"}
+
+
+def start_sensor(deployment) -> None:
+    """The UI's sensor toggle: the `startSensor` mutation."""
+    started = deployment.graphql(START_SENSOR, {"selector": SENSOR_SELECTOR})["startSensor"]
+    if started["__typename"] != "Sensor" or started["sensorState"]["status"] != "RUNNING":
+        raise SystemExit(f"new_documents sensor not started: {started}")
+
+
+def wave_batches(paths: list[Path], waves: int) -> list[list[Path]]:
+    """`paths` in order, cut into `waves` batches of (nearly) equal size."""
+    waves = max(1, min(waves, len(paths)))
+    bounds = [round(i * len(paths) / waves) for i in range(waves + 1)]
+    return [paths[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def drop_files(batch: list[Path], inbox: Path) -> None:
+    """Copy under a hidden name (the sensor skips those), then rename: no half-written file is listed."""
+    import shutil
+
+    for path in batch:
+        partial = inbox / f".{path.name}.part"
+        shutil.copyfile(path, partial)
+        os.replace(partial, inbox / path.name)
+
+
+def feed_inbox(instance, deployment, batches: list[list[Path]], inbox: Path, interval_s: float,
+               timeout_s: float) -> list[float]:
+    """Drops batch i at i * interval_s, then waits until every file's partition of chunk_embeddings
+    is materialized. Returns the wall-clock time of each drop. A failed run ends the bench (the
+    sensor's retries would hide it)."""
+    import dagster as dg
+
+    expected = sum(len(b) for b in batches)
+    start = time.monotonic()
+    deadline = start + timeout_s
+    dropped: list[float] = []
+    while True:
+        now = time.monotonic()
+        while len(dropped) < len(batches) and now >= start + len(dropped) * interval_s:
+            drop_files(batches[len(dropped)], inbox)
+            dropped.append(time.time())
+        if len(dropped) == len(batches) and \
+                len(instance.get_materialized_partitions(dg.AssetKey("chunk_embeddings"))) >= expected:
+            return dropped
+        for name, proc, _ in deployment.processes:
+            if proc.poll() is not None:
+                raise SystemExit(f"{name} exited with {proc.returncode}\n{deployment.logs()[-5000:]}")
+        failed = instance.get_run_records(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]), limit=1)
+        if failed:
+            raise SystemExit(f"stream: run {failed[0].dagster_run.run_id} failed\n{deployment.logs()[-5000:]}")
+        if now > deadline:
+            raise SystemExit(f"stream: not every document committed after {timeout_s} s\n{deployment.logs()[-5000:]}")
+        time.sleep(1.0)
+
+
+def commit_times(instance) -> dict[str, list[float]]:
+    """Run id -> wall-clock times of its chunk_embeddings materializations (one per document)."""
+    import dagster as dg
+
+    found: dict[str, list[float]] = {}
+    records_filter = dg.AssetRecordsFilter(asset_key=dg.AssetKey("chunk_embeddings"))
+    cursor = None
+    while True:
+        page = instance.fetch_materializations(records_filter, limit=1000, cursor=cursor)
+        for record in page.records:
+            found.setdefault(record.run_id, []).append(record.timestamp)
+        if not page.has_more:
+            return found
+        cursor = page.cursor
+
+
+def sensor_runs(instance) -> list[dict]:
+    """The runs the sensor requested, in creation order: size, created, launched (its process
+    started), started (the run began), first and last commit; wall-clock seconds."""
+    import dagster as dg
+
+    commits = commit_times(instance)
+    records = instance.get_run_records(filters=dg.RunsFilter(tags={"ctx/trigger": "inbox"}),
+                                       order_by="create_timestamp", ascending=True)
+    runs = []
+    for record in records:
+        run = record.dagster_run
+        events = {}
+        for entry in instance.all_logs(run.run_id, of_type={dg.DagsterEventType.RUN_STARTING,
+                                                              dg.DagsterEventType.RUN_START}):
+            events.setdefault(entry.dagster_event.event_type, entry.timestamp)
+        times = commits.get(run.run_id, [])
+        runs.append({"run_id": run.run_id, "documents": int(run.tags.get("ctx/documents", "1")),
+                     "created": record.create_timestamp.timestamp(),
+                     "launched": events.get(dg.DagsterEventType.RUN_STARTING),
+                     "started": events.get(dg.DagsterEventType.RUN_START),
+                     "first_commit": min(times) if times else None, "last_commit": max(times) if times else None,
+                     "commits": len(times)})
+    return runs
+
+
+def run_boundaries(spans: list[tuple[float, float]], rows: list[dict], origin: float, capacity: int,
+                   t0: float) -> list[dict]:
+    """For consecutive runs (`spans`: each run's first and last commit, wall clock): the gap from one
+    run's last commit to the next run's first, and its idle seconds: per-second /metrics rows (row t
+    covers origin + t to origin + t + 1) centred in the gap in which no prompt-token counter moved
+    and a fleet slot was free (as `idle_seconds` counts them). `after_s`: the gap's start from t0."""
+    ordered = sorted(spans)
+    out = []
+    for (_, last), (first, _) in itertools.pairwise(ordered):
+        inside = [r for r in rows if last <= origin + r["t"] + 0.5 < first]
+        idle = sum(1 for r in inside if r["prompt_tokens"] <= 0 and r["running"] < capacity)
+        out.append({"after_s": round(last - t0, 2), "gap_s": round(first - last, 2), "idle_while_pending_s": idle})
+    return out
+
+
+def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chunks: int,
+               speeds: tuple[float, ...] = SPEEDS, waves: int = 8, wave_interval_s: float = 10.0,
+               settle_s: float = 1.0, timeout_s: float = 3600) -> dict:
+    """The corpus dropped into the inbox in `waves` waves, `wave_interval_s` apart, with webserver
+    and daemon running and the `new_documents` sensor turned on as the UI does it; until every
+    document is committed. wall_s: from the first run's launch to the last commit."""
+    import dagster as dg
+
+    from bench.sim.deployment import (
+        DagsterDeployment,
+        deployment_env,
+        seed_dagster_home,
+    )
+    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+    from contextual_assets.store import open_store
+
+    root = workdir / f"stream-{time.monotonic_ns()}"
+    home = seed_dagster_home(root / "dagster_home")
+    inbox = root / "inbox"
+    inbox.mkdir(parents=True)
+    duckdb_path = root / "index.duckdb"
+    sim = start_fleet(workdir, time_scale, speeds)
+    env = deployment_env(home, CTX_HOME=str(root / ".ctx"), CTX_INBOX=str(inbox), CTX_INBOX_SETTLE_S=str(settle_s),
+                         CTX_DUCKDB_PATH=str(duckdb_path), **fleet_settings(sim))
+    instance = dg.DagsterInstance.from_config(str(home))
+    deployment = DagsterDeployment(root=root, env=env)
+    sampler = None
+    try:
+        deployment.start_webserver()
+        start_sensor(deployment)
+        sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
+        deployment.start_daemon()
+        drops = feed_inbox(instance, deployment, wave_batches(paths, waves), inbox, wave_interval_s, timeout_s)
+        timeline = sampler.stop()
+        figures = fleet_figures(sim, timeline, speeds)
+        runs = sensor_runs(instance)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        deployment.stop_all()
+        instance.dispose()
+        sim.stop()
+    store = open_store(None, duckdb_path)
+    try:
+        chunks, documents = store.count_chunks(), len(store.documents())
+    finally:
+        store.close()
+    first_launch = min(r["launched"] for r in runs if r["launched"] is not None)
+    last_commit = max(r["last_commit"] for r in runs if r["last_commit"] is not None)
+    offset = time.time() - time.monotonic()  # sampler times are monotonic; event-log times wall-clock
+    first_request = figures["first_request_t"] + offset if figures["first_request_t"] is not None else None
+    boundaries = run_boundaries([(r["first_commit"], r["last_commit"]) for r in runs if r["commits"]],
+                                figures["timeline"], timeline.started + offset, CAP * len(speeds), first_launch)
+
+    def rel(t: float | None) -> float | None:
+        return round(t - first_launch, 2) if t is not None else None
+
+    return {
+        "wall_s": round(last_commit - first_launch, 2),
+        "submit_to_launch_s": round(first_launch - drops[0], 2),
+        "startup_s": round(first_request - first_launch, 2) if first_request else None,
+        "run_start_s": rel(min((r["started"] for r in runs if r["started"] is not None), default=None)),
+        "tail_s": round(last_commit - (figures["last_admission_t"] + offset), 2),
+        "runs": len(runs),
+        "documents": documents,
+        "chunks": chunks,
+        "chunks_expected": expected_chunks,
+        "waves": len(drops), "wave_interval_s": wave_interval_s, "drops_s": [rel(t) for t in drops],
+        "run_sizes": [r["documents"] for r in runs],
+        "run_timeline": [{"documents": r["documents"], "created_s": rel(r["created"]), "launched_s": rel(r["launched"]),
+                          "started_s": rel(r["started"]), "first_commit_s": rel(r["first_commit"]),
+                          "last_commit_s": rel(r["last_commit"])} for r in runs],
+        "run_boundaries": boundaries,
+        "boundary_gap_s": round(sum(max(0.0, b["gap_s"]) for b in boundaries), 2),
+        "boundary_idle_s": sum(b["idle_while_pending_s"] for b in boundaries),
+        **figures,
+    }
+
+
+# ---- shared-fleet: two `ctx ingest` processes on one fleet, Postgres store -------------------------
+
+def start_postgres():
+    """A pgserver Postgres with pgvector and a fresh database, as bench/faults.py gets one:
+    (server, database URL, data folder)."""
+    import uuid
+
+    import pgserver
+
+    # Not under a 0700 directory: as root, pgserver runs Postgres as its own user.
+    data = Path(tempfile.mkdtemp(prefix="bench-ingest-pg-"))
+    server = pgserver.get_server(data, cleanup_mode="stop")
+    server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+    name = f"ingest_{uuid.uuid4().hex[:12]}"
+    server.psql(f"CREATE DATABASE {name};")
+    return server, server.get_uri().replace("/postgres?", f"/{name}?", 1), data
+
+
+def corpus_halves(paths: list[Path]) -> list[Path]:
+    """The folders holding the corpus (a/ and b/ for shared-fleet), one `ctx ingest` each."""
+    return sorted({p.parent for p in paths})
+
+
+def wait_processes(procs: list, timeout_s: float) -> list[float]:
+    """Wall-clock exit time of each process; all are killed (their groups) past the timeout."""
+    import signal
+
+    ends: list[float | None] = [None] * len(procs)
+    deadline = time.monotonic() + timeout_s
+    while any(e is None for e in ends):
+        for i, proc in enumerate(procs):
+            if ends[i] is None and proc.poll() is not None:
+                ends[i] = time.time()
+        if time.monotonic() > deadline:
+            for proc in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+            raise SystemExit(f"shared-fleet: ingest still running after {timeout_s} s")
+        time.sleep(0.1)
+    return [e for e in ends if e is not None]
+
+
+def run_shared_fleet(workdir: Path, time_scale: float, paths: list[Path], expected_chunks: int,
+                     speeds: tuple[float, ...] = WORKLOAD_SPEEDS["shared-fleet"], timeout_s: float = 1800) -> dict:
+    """One `ctx ingest --json FOLDER` per half of the corpus, started together, each with its own
+    CTX_HOME and DAGSTER_HOME (two machines) and one Postgres store, on one fleet. Each process caps
+    its own requests at CAP per replica; the simulator counts what all of them have open."""
+    import shutil
+    import signal
+    import subprocess
+
+    import dagster as dg
+
+    from bench.sim.deployment import deployment_env, seed_dagster_home
+    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+    from contextual_assets.store import open_store
+
+    root = workdir / f"shared-{time.monotonic_ns()}"
+    folders = corpus_halves(paths)
+    source_root = Path(os.path.commonpath([str(f) for f in folders])) if len(folders) > 1 else folders[0].parent
+    server, url, pg_dir = start_postgres()
+    sim = start_fleet(workdir, time_scale, speeds)
+    procs, logs, sampler = [], [], None
+    try:
+        open_store(url, root / "unused.duckdb").close()  # schema migrated once, before the clock starts
+        envs = []
+        for i in range(len(folders)):
+            home = seed_dagster_home(root / f"p{i}" / "dagster_home")
+            dg.DagsterInstance.from_config(str(home)).dispose()  # its storage created before the clock too
+            envs.append(deployment_env(home, CTX_HOME=str(root / f"p{i}" / ".ctx"), CTX_INBOX=str(root / "inbox"),
+                                       CTX_SOURCE_ROOT=str(source_root), DATABASE_URL=url, **fleet_settings(sim)))
+        sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
+        started = time.time()
+        for i, (folder, env) in enumerate(zip(folders, envs)):
+            out, err = root / f"p{i}" / "stdout.json", root / f"p{i}" / "stderr.log"
+            logs.append((out, err))
+            with out.open("wb") as stdout, err.open("wb") as stderr:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "contextual_assets.app.cli", "ingest", "--json", str(folder)],
+                    cwd=REPO_ROOT, env=env, stdout=stdout, stderr=stderr, start_new_session=True))
+        ends = wait_processes(procs, timeout_s)
+        timeline = sampler.stop()
+        figures = fleet_figures(sim, timeline, speeds)
+        store = open_store(url, root / "unused.duckdb")
+        try:
+            chunks, documents = store.count_chunks(), len(store.documents())
+        finally:
+            store.close()
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        for proc in procs:
+            if proc.poll() is None:  # only after an error: a finished bench waited for them
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        sim.stop()
+        server.cleanup()
+        shutil.rmtree(pg_dir, ignore_errors=True)
+    outcomes = []
+    for proc, (out, err) in zip(procs, logs):
+        try:
+            outcomes.append(json.loads(out.read_text() or "[]"))
+        except json.JSONDecodeError:
+            outcomes.append([])
+        if proc.returncode != 0 or not all(o["success"] for o in outcomes[-1]):
+            raise SystemExit(f"shared-fleet: ctx ingest rc {proc.returncode}\n{err.read_text()[-3000:]}")
+    offset = time.time() - time.monotonic()
+    first_request = figures["first_request_t"] + offset if figures["first_request_t"] is not None else None
+    peaks = figures["peak_open_requests"]
+    return {
+        "wall_s": round(max(ends) - started, 2),
+        "process_wall_s": [round(e - started, 2) for e in ends],
+        "process_documents": [len(o) for o in outcomes],
+        "startup_s": round(first_request - started, 2) if first_request else None,
+        "tail_s": round(max(ends) - (figures["last_admission_t"] + offset), 2),
+        "documents": documents,
+        "chunks": chunks,
+        "chunks_expected": expected_chunks,
+        "speeds": list(speeds),
+        "cap": CAP,
+        "peak_over_cap": None if None in peaks else any(p > CAP for p in peaks),
+        **figures,
+    }
+
+
+PLATFORM_RUNS = {"stream": run_stream, "shared-fleet": run_shared_fleet}  # others: run_platform
+
+
 def run_sensor_tick(workdir: Path, paths: list[Path]) -> dict:
     """One `new_documents` tick over an inbox holding the corpus (every file new), as the daemon
     evaluates it: how long the tick takes and how many runs it requests."""
@@ -444,15 +900,21 @@ def run_sensor_tick(workdir: Path, paths: list[Path]) -> dict:
 
 # ---- driver --------------------------------------------------------------------------------------
 
-def one_round(workdir: Path, time_scale: float, paths, docs, counter, settings, modes: list[str]) -> dict:
+def one_round(workdir: Path, time_scale: float, paths, docs, counter, settings, modes: list[str],
+              workload: str = "seed", model_floor_s: float | None = None, platform_options: dict | None = None) -> dict:
     expected = sum(len(d.chunks) for d in docs)
+    speeds = workload_speeds(workload)
     out: dict = {}
     if "floor" in modes:
-        out["floor"] = run_floor(workdir, time_scale, docs, counter, settings)
+        out["floor"] = run_floor(workdir, time_scale, docs, counter, settings, speeds)
     if "platform" in modes:
-        out["platform"] = run_platform(workdir, time_scale, paths, expected)
+        run = PLATFORM_RUNS.get(workload, run_platform)
+        out["platform"] = run(workdir, time_scale, paths, expected, speeds=speeds, **(platform_options or {}))
     if "legacy" in modes:
-        out["legacy"] = run_legacy(workdir, time_scale, docs, counter, settings)
+        out["legacy"] = run_legacy(workdir, time_scale, docs, counter, settings, speeds)
+    if model_floor_s is not None:
+        for result in out.values():
+            with_model_floor(result, model_floor_s)
     return out
 
 
@@ -473,10 +935,16 @@ def summarize(rounds: list[dict]) -> dict:
         "submit_to_launch_s": median("platform", "submit_to_launch_s"),
         "tail_s": median("platform", "tail_s"),
     }
-    ratios = {"wall_over_floor": [], "legacy_over_platform": [], "idle_share": []}
+    summary["model_floor_s"] = next((r[m]["model_floor_s"] for r in rounds for m in r if "model_floor_s" in r[m]),
+                                    None)
+    ratios = {"wall_over_floor": [], "wall_over_model_floor": [], "floor_over_model_floor": [],
+              "legacy_over_platform": [], "idle_share": []}
     for r in rounds:
         if "platform" in r and "floor" in r:
             ratios["wall_over_floor"].append(r["platform"]["wall_s"] / r["floor"]["wall_s"])
+        for mode, ratio in (("platform", "wall_over_model_floor"), ("floor", "floor_over_model_floor")):
+            if r.get(mode, {}).get("wall_over_model_floor") is not None:
+                ratios[ratio].append(r[mode]["wall_over_model_floor"])
         if "platform" in r and "legacy" in r:
             ratios["legacy_over_platform"].append(r["legacy"]["wall_s"] / r["platform"]["wall_s"])
         if "platform" in r and r["platform"].get("idle_while_pending_s") is not None:
@@ -489,26 +957,44 @@ def summarize(rounds: list[dict]) -> dict:
                                                     default=None),
                     "chunks": last.get("chunks"), "runs_per_backfill": last.get("runs"),
                     "timeline": last.get("timeline")})
+    # The stream's and the shared fleet's own figures, from the last round.
+    summary.update({k: last[k] for k in WORKLOAD_FIGURES if k in last})
     return summary
+
+
+WORKLOAD_FIGURES = ("run_sizes", "run_boundaries", "boundary_gap_s", "boundary_idle_s", "peak_open_requests",
+                    "peak_over_cap", "process_wall_s")
 
 
 def print_table(workload: str, time_scale: float, embed_s: float, rounds: list[dict], summary: dict) -> None:
     print(f"workload {workload}: {summary['chunks']} chunks; embedding {embed_s:.1f} s on this CPU; "
           f"fleet time scale {time_scale}")
-    print(f"{'round':>5s} {'floor s':>8s} {'platform s':>11s} {'legacy s':>9s} {'wall/floor':>11s} "
-          f"{'legacy/plat':>12s} {'idle s':>7s} {'startup s':>10s} {'tail s':>7s} {'share err':>10s}")
+    nan = float("nan")
+    print(f"{'round':>5s} {'model s':>8s} {'floor s':>8s} {'platform s':>11s} {'legacy s':>9s} {'wall/floor':>11s} "
+          f"{'wall/model':>11s} {'legacy/plat':>12s} {'idle s':>7s} {'startup s':>10s} {'tail s':>7s} "
+          f"{'share err':>10s}")
     for i, r in enumerate(rounds, 1):
         f, p, lg = r.get("floor", {}), r.get("platform", {}), r.get("legacy", {})
-        ratio = p["wall_s"] / f["wall_s"] if p and f else float("nan")
-        lratio = lg["wall_s"] / p["wall_s"] if p and lg else float("nan")
-        print(f"{i:5d} {f.get('wall_s', float('nan')):8.2f} {p.get('wall_s', float('nan')):11.2f} "
-              f"{lg.get('wall_s', float('nan')):9.2f} {ratio:11.3f} {lratio:12.3f} "
-              f"{p.get('idle_while_pending_s') or 0:7d} {p.get('startup_s') or float('nan'):10.2f} "
-              f"{p.get('tail_s') or float('nan'):7.2f} "
+        ratio = p["wall_s"] / f["wall_s"] if p and f else nan
+        lratio = lg["wall_s"] / p["wall_s"] if p and lg else nan
+        model = next((x["model_floor_s"] for x in r.values() if x.get("model_floor_s")), None)
+        print(f"{i:5d} {model or nan:8.2f} {f.get('wall_s', nan):8.2f} {p.get('wall_s', nan):11.2f} "
+              f"{lg.get('wall_s', nan):9.2f} {ratio:11.3f} {p.get('wall_over_model_floor') or nan:11.3f} "
+              f"{lratio:12.3f} {p.get('idle_while_pending_s') or 0:7d} {p.get('startup_s') or nan:10.2f} "
+              f"{p.get('tail_s') or nan:7.2f} "
               f"{max(x['share_max_relative_error'] for x in r.values()):10.3f}")
-    print(f"median: wall/floor {summary['wall_over_floor']}, legacy/platform {summary['legacy_over_platform']}, "
-          f"idle while pending {summary['idle_while_pending_s']} s ({summary['idle_share']} of wall), "
-          f"startup {summary['startup_s']} s, daemon pick-up {summary['submit_to_launch_s']} s")
+    print(f"median: wall/floor {summary['wall_over_floor']}, wall/model floor {summary['wall_over_model_floor']} "
+          f"(floor/model floor {summary['floor_over_model_floor']}), legacy/platform "
+          f"{summary['legacy_over_platform']}, idle while pending {summary['idle_while_pending_s']} s "
+          f"({summary['idle_share']} of wall), startup {summary['startup_s']} s, "
+          f"daemon pick-up {summary['submit_to_launch_s']} s")
+    if "run_boundaries" in summary:
+        print(f"stream: runs of {summary['run_sizes']} documents; between runs {summary['boundary_gap_s']} s "
+              f"without a commit, {summary['boundary_idle_s']} s of them idle while pending")
+    if "peak_open_requests" in summary and "process_wall_s" in summary:
+        print(f"shared fleet: processes {summary['process_wall_s']} s; peak open requests per replica "
+              f"{summary['peak_open_requests']} (cap {CAP}); shares {summary['replica_share']} vs capacity "
+              f"{summary['capacity_share']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -517,22 +1003,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="rounds of every mode; medians are reported")
     parser.add_argument("--modes", default="floor,platform,legacy")
     parser.add_argument("--time-scale", type=float, default=None, help="fix the fleet's time scale (no calibration)")
+    parser.add_argument("--documents", type=int, default=None, help="documents of the workload (not codebase)")
+    parser.add_argument("--waves", type=int, default=8, help="stream: waves of files dropped into the inbox")
+    parser.add_argument("--wave-interval", type=float, default=None,
+                        help="stream: seconds between waves (default: every file in by half the model floor)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if args.documents is not None and args.workload == "codebase":
+        parser.error("--documents: the codebase workload is a fixed set")
+    speeds = workload_speeds(args.workload)
 
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        paths = WORKLOADS[args.workload](workdir / "corpus")
+        build = WORKLOADS[args.workload]
+        paths = build(workdir / "corpus") if args.documents is None else build(workdir / "corpus", args.documents)
         docs, counter, settings = corpus_chunks(paths)
         embed_s = embed_seconds(docs)
-        time_scale = args.time_scale or calibrate(workdir, docs, counter, settings, embed_s)
+        time_scale = args.time_scale or calibrate(workdir, docs, counter, settings, embed_s, speeds=speeds)
+        model = model_floor(docs, counter, settings, time_scale, speeds)
+        options = {}
+        if args.workload == "stream":
+            # Files arrive twice as fast as the fleet could serve them: it never waits for the inbox.
+            interval = args.wave_interval if args.wave_interval is not None else \
+                round(max(1.0, model["model_floor_s"] / 2 / max(1, args.waves - 1)), 2)
+            options = {"waves": args.waves, "wave_interval_s": interval}
         rounds = []
         for i in range(args.runs):
-            rounds.append(one_round(workdir, time_scale, paths, docs, counter, settings, modes))
+            rounds.append(one_round(workdir, time_scale, paths, docs, counter, settings, modes, args.workload,
+                                    model["model_floor_s"], options))
             print(f"round {i + 1}: " + ", ".join(f"{m} {r['wall_s']} s" for m, r in rounds[-1].items()), flush=True)
         summary = summarize(rounds)
         if args.workload == "small":
@@ -552,7 +1054,7 @@ def main(argv: list[str] | None = None) -> int:
 
         result = {
             "workload": args.workload, "documents": len(paths), "chunks": sum(len(d.chunks) for d in docs),
-            "embed_s": round(embed_s, 2), "time_scale": time_scale, "speeds": list(SPEEDS), "cap": CAP,
+            "embed_s": round(embed_s, 2), "time_scale": time_scale, "speeds": list(speeds), "cap": CAP, **model,
             "partitions_per_run": PlatformSettings.from_env().partitions_per_run,
             "machine": f"{os.cpu_count()} cores", "rounds": rounds, **summary,
         }

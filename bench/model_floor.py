@@ -1,0 +1,183 @@
+"""The model floor: the fleet simulator's own service time for a set of chat requests, divided over
+the fleet's capacity, from the simulator's cost model (bench/sim/fleet.py's module docstring) and
+not from any measurement through the platform's request pool, so that an inefficiency of the pool
+itself shows in wall / model floor.
+
+For request i (the exact chat body the platform sends), with the simulator's own counts:
+
+* P_i: prompt tokens, ``role + " " + content`` per message joined by newlines, split on whitespace;
+* O_i: output tokens, the simulator's deterministic natural answer length from the prompt's hash
+  (``output_tokens_mean`` +- 20 %, never below the canned header's word count) capped by
+  ``max_tokens`` (or ``max_completion_tokens``; default the room left in the context), at least 1;
+* h_i: the ideal prefix-cache hit, the leading full blocks of ``block_size`` tokens shared with
+  any earlier request (one cache of unlimited size for the whole fleet).
+
+Ideal packing (every replica always runs a full batch of ``max_num_seqs`` sequences, so a decode
+step's base cost is shared by max_num_seqs sequences):
+
+    work_i = prefill_s_per_token * max(1, P_i - h_i)
+             + decode_base_s * O_i / max_num_seqs
+             + decode_s_per_ctx_token * (O_i * P_i + O_i * (O_i - 1) / 2)
+
+(the last term: each of the O_i decode steps reads the prompt plus the tokens generated so far;
+``max(1, .)`` because the simulator prefills at least one token), and
+
+    model_floor_s = sum_i work_i / sum(speeds) * time_scale
+
+in wall seconds: a replica of speed s does s simulated seconds of work per simulated second, and
+the simulator sleeps ``time_scale`` wall seconds per simulated second. Nothing real can beat it:
+batches are never full at the start and end of a run, and each replica has its own cache.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bench.sim.fleet import (
+    _CHUNK_RE,
+    _ID_RE,
+    _TITLE_RE,
+    PrefixCache,
+    ReplicaSpec,
+    _message_text,
+    _unit,
+    header_sentence,
+)
+
+Body = Mapping[str, Any]  # an OpenAI chat-completions request body: messages, max_tokens, ...
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The simulator's per-replica costs (simulated seconds) and batch and cache geometry."""
+
+    prefill_s_per_token: float
+    decode_base_s: float
+    decode_s_per_ctx_token: float
+    max_num_seqs: int
+    block_size: int
+    output_tokens_mean: int
+    max_model_len: int
+
+    @classmethod
+    def of(cls, spec: ReplicaSpec) -> CostModel:
+        return cls(prefill_s_per_token=spec.prefill_s_per_token, decode_base_s=spec.decode_base_s,
+                   decode_s_per_ctx_token=spec.decode_s_per_ctx_token, max_num_seqs=spec.max_num_seqs,
+                   block_size=spec.block_size, output_tokens_mean=spec.output_tokens_mean,
+                   max_model_len=spec.max_model_len)
+
+
+@dataclass(frozen=True)
+class RequestCost:
+    prompt_tokens: int
+    output_tokens: int
+    hit_tokens: int
+    work_s: float  # simulated seconds at speed 1 under ideal packing
+
+
+# ---- what the simulator counts (the same steps as fleet.py's `Replica._chat` and `_answer`) --------
+
+def prompt_text(messages: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """(the prompt, the last user message's text) as the simulator builds them."""
+    parts, last_user = [], ""
+    for message in messages:
+        if not isinstance(message, Mapping):
+            continue
+        text = _message_text(message.get("content"))
+        parts.append(f"{message.get('role', '')} {text}")
+        if message.get("role") == "user":
+            last_user = text
+    return "\n".join(parts), last_user
+
+
+def _jitter(key: str, mean: int) -> int:
+    # Same formula as `jitter` inside fleet.py's `Replica._answer` (a closure there, so not importable
+    # without editing fleet.py): mean +- 20 % from the key's hash.
+    return max(1, round(mean * (0.8 + 0.4 * _unit(key))))
+
+
+def is_batch(body: Body, last_user: str) -> bool:
+    rf = body.get("response_format")
+    return (isinstance(rf, Mapping) and rf.get("type") in ("json_object", "json_schema")) \
+        or "Answer as JSON" in last_user
+
+
+def natural_output_tokens(body: Body, prompt: str, last_user: str, mean: int) -> int:
+    """The simulator's natural answer length without faults (re-implements fleet.py's `_answer`)."""
+    chunks = list(_CHUNK_RE.finditer(last_user)) or list(_CHUNK_RE.finditer(prompt))
+    title_match = _TITLE_RE.search(last_user) or _TITLE_RE.search(prompt)
+    title = title_match.group(1) if title_match else None
+    if is_batch(body, last_user):
+        entries, natural = [], 0
+        for i, m in enumerate(chunks):
+            ident_match = _ID_RE.search(m.group("attrs"))
+            ident = ident_match.group(1) if ident_match else str(i)
+            key = f"{prompt}\x00{ident}"
+            entries.append({"id": ident, "header": header_sentence(m.group("body"), title, key)})
+            natural += _jitter(key, mean)
+        text = json.dumps({"headers": entries}, ensure_ascii=False)
+        return max(natural, len(text.split(" ")), 1)
+    subject = chunks[-1].group("body") if chunks else last_user
+    text = header_sentence(subject, title, prompt)
+    return max(_jitter(prompt, mean), len(text.split(" ")))
+
+
+def token_counts(body: Body, model: CostModel) -> tuple[list[str], int]:
+    """(prompt tokens, output tokens) of one request as the simulator counts them."""
+    prompt, last_user = prompt_text(body["messages"])
+    tokens = prompt.split()
+    cap = body.get("max_completion_tokens", body.get("max_tokens"))
+    if cap is None:
+        cap = model.max_model_len - len(tokens)
+    natural = natural_output_tokens(body, prompt, last_user, model.output_tokens_mean)
+    return tokens, max(1, min(natural, cap))
+
+
+# ---- the floor ------------------------------------------------------------------------------------
+
+def ideal_prefix_hits(prompts: Iterable[list[str]], block_size: int) -> list[int]:
+    """Per prompt, in order: tokens of its leading full blocks already seen in an earlier prompt
+    (the simulator's own block hashing, with a cache that never evicts)."""
+    cache = PrefixCache(block_size, capacity_blocks=2**62)
+    return [cache.admit(tokens)[0] for tokens in prompts]
+
+
+def request_work_s(prompt_tokens: int, output_tokens: int, hit_tokens: int, model: CostModel) -> float:
+    """Simulated seconds (speed 1) of one request when every batch is full (see the module docstring)."""
+    p, o = prompt_tokens, output_tokens
+    return (model.prefill_s_per_token * max(1, p - hit_tokens)
+            + model.decode_base_s * o / model.max_num_seqs
+            + model.decode_s_per_ctx_token * (o * p + o * (o - 1) / 2))
+
+
+def request_costs(bodies: Sequence[Body], model: CostModel) -> list[RequestCost]:
+    counted = [token_counts(body, model) for body in bodies]
+    hits = ideal_prefix_hits((tokens for tokens, _ in counted), model.block_size)
+    return [RequestCost(len(tokens), out, hit, request_work_s(len(tokens), out, hit, model))
+            for (tokens, out), hit in zip(counted, hits)]
+
+
+def model_floor_s(bodies: Sequence[Body], speeds: Sequence[float], time_scale: float,
+                  model: CostModel | None = None) -> float:
+    """Wall seconds the fleet (replicas of `speeds`, simulator at `time_scale`) needs at the least."""
+    model = model or CostModel.of(ReplicaSpec())
+    return floor_of(request_costs(bodies, model), speeds, time_scale)
+
+
+def floor_of(costs: Sequence[RequestCost], speeds: Sequence[float], time_scale: float) -> float:
+    return sum(c.work_s for c in costs) / sum(speeds) * time_scale
+
+
+def floor_figures(bodies: Sequence[Body], speeds: Sequence[float], time_scale: float,
+                  model: CostModel) -> dict:
+    """The model floor with the totals it comes from (for the bench's JSON)."""
+    costs = request_costs(bodies, model)
+    return {"model_floor_s": round(floor_of(costs, speeds, time_scale), 3),
+            "model_requests": len(costs),
+            "model_prompt_tokens": sum(c.prompt_tokens for c in costs),
+            "model_output_tokens": sum(c.output_tokens for c in costs),
+            "model_prefix_hit_tokens": sum(c.hit_tokens for c in costs),
+            "model_work_s": round(sum(c.work_s for c in costs), 3)}
