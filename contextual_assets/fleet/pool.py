@@ -39,6 +39,7 @@ from .vllm_metrics import KV_GAUGES, metrics_url, parse_vllm_metrics
 
 HEDGE_CHECK_S = 0.2  # how often open requests are checked for hedging
 METRICS_RETRY_S = 10.0  # a replica whose /metrics failed is read again after this
+SLOW_START_READS = 2  # slow start ends by this many reads (0.1 s apart) whatever they show
 
 
 class RetryableFleetError(HeaderGenerationError):
@@ -467,11 +468,11 @@ class HeaderFleet:
                     values = parse_vllm_metrics(response.text)
                 except Exception:  # no metrics (not vLLM, or down): route on local counts alone
                     retry_at[state.url] = now + METRICS_RETRY_S
-                    state.report = None
+                    state.report, state.slow_start = None, False
                     return
                 if "vllm:num_requests_running" not in values:
                     retry_at[state.url] = now + METRICS_RETRY_S
-                    state.report = None
+                    state.report, state.slow_start = None, False
                     return
                 kv = next((values[name] for name in KV_GAUGES if name in values), None)
                 report = ReplicaReport(at=time.monotonic(), running=values["vllm:num_requests_running"],
@@ -479,17 +480,29 @@ class HeaderFleet:
                                        local_in_flight=local)
                 state.limit = routing.adapted_limit(state, report, state.report)
                 state.report = report
+                if state.slow_start and routing.ends_slow_start(report):
+                    state.slow_start = False
 
+            reads = 0  # since requests last started going out
             while True:
                 if self._waiting == 0 and not any(s.in_flight for s in states):
                     self._metrics_fresh.clear()
                     self._wake_reader.clear()
+                    for state in states:
+                        state.slow_start = True
+                    reads = 0
                     await self._wake_reader.wait()  # idle: read again when requests go out
                 await asyncio.gather(*(read(s) for s in states))
+                reads += 1
+                if reads >= SLOW_START_READS:  # answers too short to be caught in flight: stop waiting
+                    for state in states:
+                        state.slow_start = False
                 self._metrics_fresh.set()
                 async with self._cond:
                     self._cond.notify_all()  # room may have opened on a replica other processes used
-                await asyncio.sleep(self.config.metrics_interval_s)
+                # In slow start, read again soon: it ends at the first read that shows our requests.
+                slow = any(s.slow_start for s in states)
+                await asyncio.sleep(min(0.1, self.config.metrics_interval_s) if slow else self.config.metrics_interval_s)
 
     def _count_error(self, kind: str) -> None:
         self.counters.errors[kind] = self.counters.errors.get(kind, 0) + 1

@@ -48,6 +48,9 @@ class ReplicaState:
     last_answer_at: float | None = None
     report: ReplicaReport | None = None  # the latest /metrics read, if the server publishes one
     limit: int | None = None  # adaptive concurrency limit; None: the configured cap
+    # Until the replica's own count has caught up with this process's requests, another process that
+    # started at the same moment may be filling it too: half the cap (see routing.concurrency_limit).
+    slow_start: bool = False
 
     @property
     def url(self) -> str:

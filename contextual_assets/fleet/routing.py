@@ -52,7 +52,16 @@ STALL_FACTOR = 3.0
 # ---- load ------------------------------------------------------------------------------------
 
 def concurrency_limit(replica: ReplicaState) -> int:
-    return replica.limit if replica.limit is not None else replica.config.max_in_flight
+    """How many requests this process may have on the replica: the adaptive limit, or half the cap in
+    slow start (processes starting together each take half until the replica's reports show both)."""
+    limit = replica.limit if replica.limit is not None else replica.config.max_in_flight
+    return max(1, min(limit, replica.config.max_in_flight // 2)) if replica.slow_start else limit
+
+
+def ends_slow_start(report: ReplicaReport) -> bool:
+    """The replica counts every request this process had out when it was read: from now on its
+    reports show whoever else is using it."""
+    return report.local_in_flight > 0 and report.running + report.waiting >= report.local_in_flight
 
 
 def fresh(report: ReplicaReport | None, now: float) -> bool:

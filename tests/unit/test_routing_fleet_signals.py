@@ -144,3 +144,24 @@ def test_routing_avoids_a_stalled_replica_unless_it_is_the_only_healthy_one():
     assert name(pick_replica([stalled, ok], set(), 100, 0, now=NOW)) == "stalled"  # emptier, not stalled
     ok.breaker.record_failure()  # the other one is open: a stalled replica is better than none
     assert name(pick_replica([stalled, ok], set(), 100, 0, now=NOW, stalled={stalled.url})) == "stalled"
+
+
+def test_slow_start_takes_half_the_cap_until_the_replica_has_counted_our_requests():
+    from contextual_assets.fleet.routing import ends_slow_start
+
+    state = replica("a", cap=16)
+    state.slow_start = True
+    assert concurrency_limit(state) == 8
+    assert has_room(replica("a", cap=16, in_flight=8), NOW)  # without slow start: room up to 16
+    state.in_flight = 8
+    assert not has_room(state, NOW)
+    # A read before our requests left, or before they arrived, says nothing about other starters.
+    assert not ends_slow_start(report(0, 0, local=0))
+    assert not ends_slow_start(report(5, 0, local=8))
+    assert ends_slow_start(report(8, 0, local=8))
+    assert ends_slow_start(report(16, 2, local=8))  # ours and another process's
+    state.slow_start = False
+    assert concurrency_limit(state) == 16
+    one = replica("b", cap=1)
+    one.slow_start = True
+    assert concurrency_limit(one) == 1  # never below one
