@@ -57,6 +57,7 @@ from bench.sim import ReplicaSpec, SimFleet
 
 SPEEDS = (1.0, 1.0, 0.775, 0.775)
 CAP = 16
+INGEST_SLOTS: int | None = None  # --ingest-slots: the ctx_ingest pool limit of the bench's Dagster instance
 # What `SimFleet.start` serves (the simulator's defaults, CAP slots): the model floor's costs.
 SIM_SPEC = ReplicaSpec(max_num_seqs=CAP)
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -455,7 +456,7 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     from contextual_assets.store import open_store
 
     root = workdir / f"platform-{time.monotonic_ns()}"
-    home = seed_dagster_home(root / "dagster_home")
+    home = seed_dagster_home(root / "dagster_home", ingest_slots=INGEST_SLOTS)
     duckdb_path = root / "index.duckdb"
     sim = start_fleet(workdir, time_scale, speeds)
     env = deployment_env(home, CTX_HOME=str(root / ".ctx"), CTX_INBOX=str(root / "inbox"),
@@ -675,7 +676,7 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
     from contextual_assets.store import open_store
 
     root = workdir / f"stream-{time.monotonic_ns()}"
-    home = seed_dagster_home(root / "dagster_home")
+    home = seed_dagster_home(root / "dagster_home", ingest_slots=INGEST_SLOTS)
     inbox = root / "inbox"
     inbox.mkdir(parents=True)
     duckdb_path = root / "index.duckdb"
@@ -1007,9 +1008,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--waves", type=int, default=8, help="stream: waves of files dropped into the inbox")
     parser.add_argument("--wave-interval", type=float, default=None,
                         help="stream: seconds between waves (default: every file in by half the model floor)")
+    parser.add_argument("--ingest-slots", type=int, default=None,
+                        help="override dagster.yaml's ctx_ingest pool limit (ingest runs at once) for platform/stream")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    global INGEST_SLOTS
+    INGEST_SLOTS = args.ingest_slots
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if args.documents is not None and args.workload == "codebase":
@@ -1055,7 +1060,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {
             "workload": args.workload, "documents": len(paths), "chunks": sum(len(d.chunks) for d in docs),
             "embed_s": round(embed_s, 2), "time_scale": time_scale, "speeds": list(speeds), "cap": CAP, **model,
-            "partitions_per_run": PlatformSettings.from_env().partitions_per_run,
+            "partitions_per_run": PlatformSettings.from_env().partitions_per_run, "ingest_slots": INGEST_SLOTS,
             "machine": f"{os.cpu_count()} cores", "rounds": rounds, **summary,
         }
         write_json(args.json, result)

@@ -88,9 +88,17 @@ def deployment_env(home: Path, **ctx_settings: str) -> dict[str, str]:
     return env
 
 
-def seed_dagster_home(home: Path) -> Path:
+def seed_dagster_home(home: Path, ingest_slots: int | None = None) -> Path:
+    """A DAGSTER_HOME with the shipped dagster.yaml; `ingest_slots` overrides its `ctx_ingest` pool
+    limit (how many ingest runs may execute at once)."""
     home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    if ingest_slots is not None:
+        import yaml
+
+        config = yaml.safe_load((home / "dagster.yaml").read_text())
+        config["concurrency"]["pools"]["default_limit"] = ingest_slots
+        (home / "dagster.yaml").write_text(yaml.safe_dump(config))
     return home
 
 

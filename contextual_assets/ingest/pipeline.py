@@ -71,6 +71,7 @@ class PipelineSettings:
     chunks_in_flight: int = 128  # header requests outstanding before the next document is admitted
     parse_ahead: int = 4  # parsed documents waiting for admission
     embed_batch_max: int = 64  # chunks per forward pass, at most
+    commit_batch_max: int = 32  # documents per store transaction, at most (those ready at the time)
 
 
 @dataclass
@@ -230,12 +231,14 @@ class DocumentPipeline:
 
     # ---- parse -------------------------------------------------------------------------------
     def _parse_loop(self, keys: list[str]) -> None:
-        paths = {s.doc_id: s.path for s in self.store.list_sources()} if len(keys) > 1 else {}
-        for key in largest_first(keys, lambda k: local_file_size(paths.get(k))):
+        # One read of the registered sources for the run (a store open per document adds up for many
+        # small ones); a source registered since (or a single document) is read on its own.
+        sources = {s.doc_id: s for s in self.store.list_sources()} if len(keys) > 1 else {}
+        for key in largest_first(keys, lambda k: local_file_size(sources[k].path if k in sources else None)):
             if self._stop.is_set():
                 break
             started = time.monotonic()
-            source = self.store.get_source(key)
+            source = sources.get(key) or self.store.get_source(key)
             if source is None:
                 self._fail(key, "parse", f"document '{key}' has no registered file; add it to the inbox or run "
                                          "`ctx ingest PATH`", retryable=False)
@@ -449,42 +452,79 @@ class DocumentPipeline:
             job = self._to_commit.get()
             if job is _DONE or self._stop.is_set():
                 return
+            # Documents that finished while the last commit ran go in one transaction (one open of a
+            # DuckDB file, one commit): small documents would otherwise queue behind per-document opens.
+            batch = [job]
+            while len(batch) < self.settings.commit_batch_max:
+                try:
+                    more = self._to_commit.get_nowait()
+                except queue.Empty:
+                    break
+                if more is _DONE:
+                    self._to_commit.put(_DONE)
+                    break
+                batch.append(more)
             started = time.monotonic()
             try:
                 if not registered:
                     self.store.register_index_version(self.index_version, self.fingerprint, self.recipe)
                     registered = True
-                chunks = [
-                    EmbeddedChunk(**HeaderedChunk(**chunk.model_dump(), header=result.header,
-                                                  header_source=result.source, header_model=result.model).model_dump(),
-                                  embedding=vector)
-                    for chunk, result, vector in zip(job.doc.chunks, job.headers, job.vectors)
-                ]
-                record = DocumentRecord(
-                    doc_id=job.key, index_version=self.index_version, source_path=job.doc.source_path,
-                    kind=job.doc.kind, title=job.doc.title, file_hash=job.doc.file_hash, n_chunks=len(chunks),
-                    updated_at="",
-                )
-                self.store.replace_document(record, chunks, require_current_source=True)
-            except StaleDocumentError as exc:
-                self._fail(job.key, "commit", str(exc), retryable=False)
-                continue
             except Exception as exc:  # noqa: BLE001 - store down or locked past its retries
                 message = str(exc) if isinstance(exc, ContextualError) else f"{type(exc).__name__}: {exc}"
-                self._fail(job.key, "commit", f"commit of {job.key}: {message}")
+                for job in batch:
+                    self._fail(job.key, "commit", f"commit of {job.key}: {message}")
                 continue
-            self._jobs.pop(job.seq, None)  # its vectors are in the store now
-            commit_s = time.monotonic() - started
-            self._events.put(StageEvent("committed", job.key, metadata={
-                "chunks": len(chunks),
-                "embedder": self.embedder.identity,
-                "dimension": len(chunks[0].embedding) if chunks else 0,
-                "embed_s": round(job.embed_s, 3),
-                "commit_s": round(commit_s, 3),
-                "admitted_to_committed_s": round(time.monotonic() - job.admitted_at, 3),
-                "index_version": self.index_version,
-                "store": self.store.location,
-            }))
+            rows = [self._rows(job) for job in batch]
+            if len(batch) > 1:
+                try:
+                    self.store.replace_documents(rows, require_current_source=True)
+                except Exception:  # noqa: BLE001 - one of them failed: commit each alone, to fail only it
+                    pass
+                else:
+                    share = (time.monotonic() - started) / len(batch)
+                    for job in batch:
+                        self._committed(job, share, len(batch))
+                    continue
+            for job, (record, chunks) in zip(batch, rows):
+                started = time.monotonic()
+                try:
+                    self.store.replace_document(record, chunks, require_current_source=True)
+                except StaleDocumentError as exc:
+                    self._fail(job.key, "commit", str(exc), retryable=False)
+                    continue
+                except Exception as exc:  # noqa: BLE001 - store down or locked past its retries
+                    message = str(exc) if isinstance(exc, ContextualError) else f"{type(exc).__name__}: {exc}"
+                    self._fail(job.key, "commit", f"commit of {job.key}: {message}")
+                    continue
+                self._committed(job, time.monotonic() - started, 1)
+
+    def _committed(self, job: DocumentJob, commit_s: float, together: int) -> None:
+        self._jobs.pop(job.seq, None)  # its vectors are in the store now
+        self._events.put(StageEvent("committed", job.key, metadata={
+            "chunks": len(job.doc.chunks),
+            "embedder": self.embedder.identity,
+            "dimension": len(job.vectors[0]) if job.vectors else 0,
+            "embed_s": round(job.embed_s, 3),
+            "commit_s": round(commit_s, 3),
+            "committed_with": together,  # documents in the same store transaction
+            "admitted_to_committed_s": round(time.monotonic() - job.admitted_at, 3),
+            "index_version": self.index_version,
+            "store": self.store.location,
+        }))
+
+    def _rows(self, job: DocumentJob) -> tuple[DocumentRecord, list[EmbeddedChunk]]:
+        chunks = [
+            EmbeddedChunk(**HeaderedChunk(**chunk.model_dump(), header=result.header,
+                                          header_source=result.source, header_model=result.model).model_dump(),
+                          embedding=vector)
+            for chunk, result, vector in zip(job.doc.chunks, job.headers, job.vectors)
+        ]
+        record = DocumentRecord(
+            doc_id=job.key, index_version=self.index_version, source_path=job.doc.source_path,
+            kind=job.doc.kind, title=job.doc.title, file_hash=job.doc.file_hash, n_chunks=len(chunks),
+            updated_at="",
+        )
+        return record, chunks
 
 
 def mean_header_words(job: DocumentJob) -> float:

@@ -158,32 +158,43 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, InboxStateTable, Co
         With `require_current_source`, the commit happens only if the registered source still exists
         and has the content this run read: a run that lost a race with a newer edit, or whose file
         was deleted meanwhile, commits nothing (and says so) instead of resurrecting stale rows."""
+        self.replace_documents([(document, chunks)], require_current_source)
+
+    def replace_documents(self, documents: list[tuple[DocumentRecord, list[EmbeddedChunk]]],
+                          require_current_source: bool = False) -> None:
+        """`replace_document` for several documents in one transaction (one open of a DuckDB file, one
+        commit): each document is still whole or absent; any error commits none of them."""
         with self._transaction() as cur:
-            if require_current_source:
-                rows = self._fetch(cur, "SELECT file_hash FROM ctx_sources WHERE doc_id = ?", (document.doc_id,))
-                if not rows:
-                    raise StaleDocumentError(f"{document.doc_id}: its file was removed while this run worked; "
-                                             "nothing committed")
-                if rows[0][0] and rows[0][0] != document.file_hash:
-                    raise StaleDocumentError(f"{document.doc_id}: the file changed while this run worked; the run "
-                                             "for the new content commits it, this one committed nothing")
-            self._exec(
-                cur, "DELETE FROM ctx_chunks WHERE doc_id = ? AND index_version = ?",
-                (document.doc_id, document.index_version),
-            )
-            self._exec(
-                cur, "DELETE FROM ctx_documents WHERE doc_id = ? AND index_version = ?",
-                (document.doc_id, document.index_version),
-            )
-            self._insert_chunks(cur, chunks, document.index_version)
-            lexical_tokens = self._index_document(cur, document.index_version, document.doc_id, chunks)
-            self._exec(
-                cur,
-                "INSERT INTO ctx_documents (doc_id, index_version, source_path, kind, title, file_hash, "
-                "n_chunks, updated_at, lexical_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (document.doc_id, document.index_version, document.source_path, document.kind, document.title,
-                 document.file_hash, len(chunks), utc_now(), lexical_tokens),
-            )
+            for document, chunks in documents:
+                self._replace_in(cur, document, chunks, require_current_source)
+
+    def _replace_in(self, cur: Any, document: DocumentRecord, chunks: list[EmbeddedChunk],
+                    require_current_source: bool) -> None:
+        if require_current_source:
+            rows = self._fetch(cur, "SELECT file_hash FROM ctx_sources WHERE doc_id = ?", (document.doc_id,))
+            if not rows:
+                raise StaleDocumentError(f"{document.doc_id}: its file was removed while this run worked; "
+                                         "nothing committed")
+            if rows[0][0] and rows[0][0] != document.file_hash:
+                raise StaleDocumentError(f"{document.doc_id}: the file changed while this run worked; the run "
+                                         "for the new content commits it, this one committed nothing")
+        self._exec(
+            cur, "DELETE FROM ctx_chunks WHERE doc_id = ? AND index_version = ?",
+            (document.doc_id, document.index_version),
+        )
+        self._exec(
+            cur, "DELETE FROM ctx_documents WHERE doc_id = ? AND index_version = ?",
+            (document.doc_id, document.index_version),
+        )
+        self._insert_chunks(cur, chunks, document.index_version)
+        lexical_tokens = self._index_document(cur, document.index_version, document.doc_id, chunks)
+        self._exec(
+            cur,
+            "INSERT INTO ctx_documents (doc_id, index_version, source_path, kind, title, file_hash, "
+            "n_chunks, updated_at, lexical_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (document.doc_id, document.index_version, document.source_path, document.kind, document.title,
+             document.file_hash, len(chunks), utc_now(), lexical_tokens),
+        )
 
     def purge_document(self, doc_id: str) -> int:
         """Remove a document from every index version and forget its source."""

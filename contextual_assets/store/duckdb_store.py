@@ -234,6 +234,7 @@ class DuckDBChunkStore(ChunkStore):
     register_sources = _retry_on_lock(ChunkStore.register_sources)
     register_index_version = _retry_on_lock(ChunkStore.register_index_version)
     replace_document = _retry_on_lock(ChunkStore.replace_document)
+    replace_documents = _retry_on_lock(ChunkStore.replace_documents)
     purge_document = _retry_on_lock(ChunkStore.purge_document)
     cache_headers = _retry_on_lock(ChunkStore.cache_headers)
     set_alias = _retry_on_lock(ChunkStore.set_alias)

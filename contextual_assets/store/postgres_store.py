@@ -127,11 +127,11 @@ class PostgresChunkStore(ChunkStore):
                     _vector_literal(c.embedding), len(c.embedding),
                 ))
 
-    def replace_document(self, document, chunks, require_current_source: bool = False) -> None:  # type: ignore[override]
-        dims = {len(c.embedding) for c in chunks}
+    def replace_documents(self, documents, require_current_source: bool = False) -> None:  # type: ignore[override]
+        dims = {len(c.embedding) for _, chunks in documents for c in chunks}
         for dim in dims:
             self._ensure_hnsw(dim)
-        super().replace_document(document, chunks, require_current_source)
+        super().replace_documents(documents, require_current_source)
 
     def _embedding_rows(self, index_version: str) -> list[tuple[str, int, list[float] | None]]:
         rows = self._query(

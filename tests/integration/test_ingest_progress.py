@@ -33,20 +33,23 @@ def test_on_done_hears_of_a_commit_while_its_run_still_works(tmp_path, settings_
     register_sources(store, instance, sources)
 
     # Every commit after the first waits until `on_done` has heard of one: with progress only at the
-    # end of the run it never would, the guard runs out, and `heard_in_time` records that.
+    # end of the run it never would, the guard runs out, and `heard_in_time` records that. (Every
+    # commit goes through `replace_documents`, one document or several finished together.)
     heard = threading.Event()
     heard_in_time: list[bool] = []
     commits: list[str] = []
     store_class = type(store)  # the class the run's store is too (same settings)
-    replace_document = store_class.replace_document
+    replace_documents = store_class.replace_documents
 
-    def gated(self, document, chunks, **kwargs):
+    def gated(self, documents, *args, **kwargs):
+        if len(documents) > 1:  # the pipeline then commits each alone: one commit per document here
+            raise RuntimeError("one document per transaction in this test")
         if commits:
             heard_in_time.append(heard.wait(DEADLOCK_GUARD_S))
-        commits.append(document.doc_id)
-        return replace_document(self, document, chunks, **kwargs)
+        commits.extend(document.doc_id for document, _ in documents)
+        return replace_documents(self, documents, *args, **kwargs)
 
-    monkeypatch.setattr(store_class, "replace_document", gated)
+    monkeypatch.setattr(store_class, "replace_documents", gated)
     calls: list[tuple[str, int, str, int]] = []  # (key, commits so far, the run's status then, chunks)
 
     def on_done(outcome: PartitionOutcome) -> None:

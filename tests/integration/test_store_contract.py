@@ -280,3 +280,22 @@ def test_a_zero_vector_is_never_a_dense_hit(store):
     store.replace_document(record("z.txt", "iv-a", 2), [zero, chunks[1]])
     hits = store.search_dense(unit(1), "iv-a", 5)
     assert [h.text for h in hits] == ["some direction"]
+
+
+def test_several_documents_commit_in_one_transaction_all_or_none(store):
+    from contextual_assets.errors import StaleDocumentError
+
+    store.register_index_version("iv-a", {})
+    for doc_id in ("a.txt", "b.txt", "c.txt"):
+        store.register_source(SourceRecord(doc_id=doc_id, path=f"/in/{doc_id}", file_hash="ab" * 32))
+    batch = [(record("a.txt", "iv-a", 2), make_chunks("a.txt", ["a one", "a two"])),
+             (record("b.txt", "iv-a", 1), make_chunks("b.txt", ["b one"], offset=2))]
+    store.replace_documents(batch, require_current_source=True)
+    assert store.count_chunks("iv-a") == 3 and {d.doc_id for d in store.documents("iv-a")} == {"a.txt", "b.txt"}
+    # One stale document in the batch: nothing of the batch is committed, not even the good one.
+    store.register_source(SourceRecord(doc_id="b.txt", path="/in/b.txt", file_hash="cd" * 32))
+    stale = [(record("c.txt", "iv-a", 1), make_chunks("c.txt", ["c one"], offset=3)),
+             (record("b.txt", "iv-a", 1), make_chunks("b.txt", ["b new"], offset=4))]
+    with pytest.raises(StaleDocumentError, match="changed while this run worked"):
+        store.replace_documents(stale, require_current_source=True)
+    assert {d.doc_id for d in store.documents("iv-a")} == {"a.txt", "b.txt"} and store.count_chunks("iv-a") == 3
