@@ -53,7 +53,7 @@ def test_card_assets_groups_kinds_and_partitions(settings_factory):
 
 def test_ingest_step_runs_many_partitions_in_the_ingest_pool(settings_factory):
     """A backfill puts CTX_PARTITIONS_PER_RUN partitions in one run; the step is in pool
-    `ctx_ingest`, which the shipped dagster.yaml limits to one slot with run granularity."""
+    `ctx_ingest`, which the shipped dagster.yaml limits to two slots with run granularity."""
     import yaml
 
     defs = build_definitions(settings_factory(partitions_per_run=7))
@@ -62,7 +62,7 @@ def test_ingest_step_runs_many_partitions_in_the_ingest_pool(settings_factory):
     assert ingest.backfill_policy == dg.BackfillPolicy.multi_run(max_partitions_per_run=7)
     assert ingest.op.pool == "ctx_ingest"
     shipped = yaml.safe_load((REPO_ROOT / "dagster.yaml").read_text())
-    assert shipped["concurrency"]["pools"] == {"default_limit": 1, "granularity": "run"}
+    assert shipped["concurrency"]["pools"] == {"default_limit": 2, "granularity": "run"}
     with dg.instance_for_test(overrides={"concurrency": shipped["concurrency"]}) as instance:
         config = instance.get_concurrency_config()
-        assert config.pool_config.default_pool_limit == 1 and config.pool_config.pool_granularity.value == "run"
+        assert config.pool_config.default_pool_limit == 2 and config.pool_config.pool_granularity.value == "run"

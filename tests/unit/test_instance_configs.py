@@ -1,6 +1,6 @@
 """The instance settings shipped for Postgres keep the run queue and ingest pool of the default ones,
 and Dagster itself reads them that way: its instance-config validation accepts the file, and an instance
-built from it limits the ingest step's pool (`ctx_ingest`) to one slot. No Postgres is needed: the
+built from it limits the ingest step's pool (`ctx_ingest`) to two slots. No Postgres is needed: the
 Postgres file is validated as it is, and the instance is built from the same settings with the storage
 swapped for SQLite in a temporary DAGSTER_HOME (tests/integration/test_dagster_postgres_storage.py runs
 the file unchanged against a real Postgres)."""
@@ -71,7 +71,7 @@ def test_postgres_instance_keeps_the_shipped_concurrency_settings():
     postgres = yaml.safe_load(POSTGRES.read_text())
     assert "run_queue" not in postgres, "the old run_queue block: use concurrency.runs"
     assert postgres["concurrency"] == shipped["concurrency"]
-    assert postgres["concurrency"]["pools"]["default_limit"] == 1
+    assert postgres["concurrency"]["pools"]["default_limit"] == 2
     assert postgres["storage"]["postgres"]["postgres_url"] == {"env": "DAGSTER_PG_URL"}
 
 
@@ -80,7 +80,7 @@ def test_dagster_validates_the_postgres_instance_file_as_shipped(tmp_path, monke
     validated = _validated_by_dagster(yaml.safe_load(POSTGRES.read_text()), tmp_path / "home")
     assert "run_queue" not in validated
     assert validated["storage"]["postgres"]["postgres_url"] == {"env": "DAGSTER_PG_URL"}
-    assert validated["concurrency"]["pools"]["default_limit"] == 1
+    assert validated["concurrency"]["pools"]["default_limit"] == 2
     assert validated["concurrency"]["pools"]["granularity"] == "run"
 
 
@@ -93,13 +93,13 @@ def test_instance_limits_the_ingest_pool_and_queues_runs(path, tmp_path):
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
         assert type(instance.run_launcher).__name__ == "DefaultRunLauncher"
         concurrency = instance.get_concurrency_config()
-        assert concurrency.pool_config.default_pool_limit == 1
+        assert concurrency.pool_config.default_pool_limit == 2
         assert concurrency.pool_config.pool_granularity.value == "run"
         assert concurrency.run_queue_config.max_concurrent_runs == 4
         assert concurrency.run_queue_config.tag_concurrency_limits == [
             {"key": "ctx/kind", "value": "ingest", "limit": 4}
         ]
-        assert _ingest_pool_limit(instance, pool) == 1
+        assert _ingest_pool_limit(instance, pool) == 2
     finally:
         instance.dispose()
 
