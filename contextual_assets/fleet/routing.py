@@ -23,8 +23,8 @@ replica's own answers, or its peers' until it has enough) gets a duplicate on an
 nothing is queued (the tail of a run), or at once when its replica is stalled. The first valid
 answer wins; the pool cancels the other and bounds hedges by a budget.
 
-Concurrency limit (AIMD on the replica's own signals): a replica that keeps requests waiting in two
-reads in a row has a full batch at its running count, so the limit drops to that; KV-cache pressure
+Concurrency limit (AIMD on the replica's own signals): a replica that keeps requests waiting at the
+same running count in two reads in a row has a full batch there, so the limit drops to that; KV-cache pressure
 takes one slot off; otherwise the limit grows back by one per read up to the configured cap.
 """
 
@@ -85,7 +85,10 @@ def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: Replic
     """The replica's concurrency limit after a new `/metrics` read (see the module docstring)."""
     cap = replica.config.max_in_flight
     current = concurrency_limit(replica)
-    queueing = report.waiting > 0 and previous is not None and previous.waiting > 0
+    # Requests that arrive between two engine steps wait for a moment with a batch that is not full:
+    # only a plateau (the same running count, requests waiting, in two reads) is a full batch.
+    queueing = (report.waiting > 0 and previous is not None and previous.waiting > 0
+                and report.running == previous.running)
     if queueing and report.running >= 1:
         return max(1, min(cap, int(report.running)))
     if report.kv_usage is not None and report.kv_usage >= KV_HIGH:

@@ -77,6 +77,8 @@ def test_limit_drops_to_the_running_count_when_the_replica_keeps_queueing():
     first = report(16, 5)
     assert adapted_limit(state, first, None) == 32  # one read with a queue is not yet a full batch
     assert adapted_limit(state, report(16, 3), first) == 16  # two in a row: its batch is full at 16
+    # Waiting between two engine steps with a batch that is not full (the running count moves): no cut.
+    assert adapted_limit(state, report(14, 2), report(12, 1)) == 32
     state.limit = 16
     assert concurrency_limit(state) == 16
     assert adapted_limit(state, report(10, 0), report(16, 3)) == 17  # no queue: grow back by one
