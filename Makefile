@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 $(DEV_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	touch $@
 
 install: $(STAMP)

@@ -250,6 +250,8 @@ def fleet_figures(sim: SimFleet, timeline, speeds: tuple[float, ...] = SPEEDS) -
         "sim_busy_s": [round(s["busy_s"], 2) for s in stats],
         "peak_open_requests": [s.get("peak_open_requests") for s in stats],
         "requests": total,
+        # Prompt tokens the replicas prefilled or took from their prefix cache (the fleet's count, every client).
+        "header_tokens_prompt": sum(s["prompt_tokens"] for s in stats),
     }
     figures.update(idle_figures(timeline))
     return figures
@@ -332,18 +334,22 @@ def header_source(fleet, counter, store=None):
     return OpenAIHeaderSource(fleet, load_prompt(DEFAULT_PROMPT), counter, store=store)
 
 
-def corpus_requests(docs, counter, settings, source, context_limit: int | None) -> list:
-    """Every header request of the corpus, as the platform would send it (one chunk a request)."""
+def chunk_requests(doc, counter, settings, source, context_limit: int | None) -> list[tuple]:
+    """(chunk, FleetRequest) for every chunk of a document, as the platform would send it."""
     from contextual_assets.headers.budget import fit_prompt
     from contextual_assets.headers.context import header_requests
 
-    requests = []
-    for doc in docs:
-        for request in header_requests(doc, counter, settings.context_tokens):
-            fitted = fit_prompt(request, source.prompt, counter, context_limit=context_limit,
-                                max_output_tokens=source.max_output_tokens, safety=source.token_safety)
-            requests.append(source._single(request, fitted))
-    return requests
+    pairs = []
+    for request in header_requests(doc, counter, settings.context_tokens):
+        fitted = fit_prompt(request, source.prompt, counter, context_limit=context_limit,
+                            max_output_tokens=source.max_output_tokens, safety=source.token_safety)
+        pairs.append((request.chunk, source._single(request, fitted)))
+    return pairs
+
+
+def corpus_requests(docs, counter, settings, source, context_limit: int | None) -> list:
+    """Every header request of the corpus, as the platform would send it (one chunk a request)."""
+    return [request for doc in docs for _, request in chunk_requests(doc, counter, settings, source, context_limit)]
 
 
 def request_body(request) -> dict:
@@ -398,26 +404,43 @@ def calibrate(workdir: Path, docs, counter, settings, embed_s: float, probe_scal
     return round(probe_scale * 2 * embed_s / probe["wall_s"], 4)
 
 
-def run_legacy(workdir: Path, time_scale: float, docs, counter, settings, speeds: tuple[float, ...] = SPEEDS) -> dict:
-    from contextual_assets.embedding import SentenceTransformerEmbedder, embed_chunks
-    from contextual_assets.fleet.vllm_metrics import MetricsSampler
-    from contextual_assets.headers.context import header_requests
+def bench_store(path: Path, docs, source_identity: dict[str, str], embedder, settings):
+    """A DuckDB store with the corpus's sources and one index version registered: (store, version)."""
     from contextual_assets.index_version import index_fingerprint, index_version_of
-    from contextual_assets.models import DocumentRecord, HeaderedChunk, SourceRecord
+    from contextual_assets.models import SourceRecord
     from contextual_assets.store import open_store
 
-    store = open_store(None, workdir / f"legacy-{time.monotonic_ns()}.duckdb")
+    store = open_store(None, path)
+    fingerprint = index_fingerprint(source_identity, embedder.identity, settings.chunk_tokens)
+    version = index_version_of(fingerprint)
+    store.register_index_version(version, fingerprint)
+    for doc in docs:
+        store.register_source(SourceRecord(doc_id=doc.doc_id, path=doc.source_path, file_hash=doc.file_hash))
+    return store, version
+
+
+def loaded_embedder():
+    from contextual_assets.embedding import SentenceTransformerEmbedder
+
     embedder = SentenceTransformerEmbedder()
     embedder.warm()
+    return embedder
+
+
+def run_legacy(workdir: Path, time_scale: float, docs, counter, settings, speeds: tuple[float, ...] = SPEEDS) -> dict:
+    from contextual_assets.embedding import embed_chunks
+    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+    from contextual_assets.headers.context import header_requests
+    from contextual_assets.models import DocumentRecord, HeaderedChunk
+
+    embedder = loaded_embedder()
     sim = start_fleet(workdir, time_scale, speeds)
     fleet = header_fleet(sim.base_urls)
+    store = None
     try:
+        store, version = bench_store(workdir / f"legacy-{time.monotonic_ns()}.duckdb", docs,
+                                     header_source(fleet, counter).identity, embedder, settings)
         source = header_source(fleet, counter, store=store)
-        version = index_version_of(index_fingerprint(source.identity, embedder.identity, settings.chunk_tokens))
-        store.register_index_version(version, index_fingerprint(source.identity, embedder.identity,
-                                                                settings.chunk_tokens))
-        for doc in docs:
-            store.register_source(SourceRecord(doc_id=doc.doc_id, path=doc.source_path, file_hash=doc.file_hash))
         sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
         started = time.monotonic()
         for doc in docs:
@@ -436,8 +459,51 @@ def run_legacy(workdir: Path, time_scale: float, docs, counter, settings, speeds
     finally:
         fleet.close()
         sim.stop()
-        store.close()
+        if store is not None:
+            store.close()
     return {"wall_s": round(wall, 2), "chunks": chunks, **figures}
+
+
+def run_peer(workdir: Path, time_scale: float, paths: list[Path], docs, counter, settings, name: str, prompt: str,
+             speeds: tuple[float, ...] = SPEEDS) -> dict:
+    """A peer (bench/peers.py) from the files to its committed index, on a cold fleet of its own; the
+    embedder is loaded beforehand (the platform loads its own inside its wall time)."""
+    from functools import partial
+
+    from bench.peers import PEERS, PeerJob
+    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+
+    embedder = loaded_embedder()
+    sim = start_fleet(workdir, time_scale, speeds)
+    fleet = header_fleet(sim.base_urls)
+    store = sampler = None
+    try:
+        model, context_limit = fleet.model, fleet.context_limit
+        store, version = bench_store(workdir / f"{name}-{prompt}-{time.monotonic_ns()}.duckdb", docs,
+                                     {"header_source": name, "header_model": model, "prompt_version": prompt},
+                                     embedder, settings)
+        job = PeerJob(paths=paths, base_urls=sim.base_urls, model=model, context_limit=context_limit,
+                      workers=CAP * len(speeds), prompt=prompt, counter=counter, settings=settings, embedder=embedder,
+                      store=store, index_version=version,
+                      ours_requests=partial(chunk_requests, counter=counter, settings=settings,
+                                            source=header_source(None, counter), context_limit=context_limit))
+        sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
+        started = time.monotonic()
+        result = PEERS[name](job)
+        wall = time.monotonic() - started
+        figures = fleet_figures(sim, sampler.stop(), speeds)
+        committed = store.count_chunks(version)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        fleet.close()
+        sim.stop()
+        if store is not None:
+            store.close()
+    figures.pop("timeline")
+    if committed != result.chunks:
+        raise SystemExit(f"{name} ({prompt} prompts): {committed} chunks committed of {result.chunks}")
+    return {"wall_s": round(wall, 2), "prompt": prompt, **result.figures(), **figures}
 
 
 def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_chunks: int,
@@ -913,10 +979,62 @@ def one_round(workdir: Path, time_scale: float, paths, docs, counter, settings, 
         out["platform"] = run(workdir, time_scale, paths, expected, speeds=speeds, **(platform_options or {}))
     if "legacy" in modes:
         out["legacy"] = run_legacy(workdir, time_scale, docs, counter, settings, speeds)
+    for name, prompt in peer_runs(modes):
+        out[f"{name}/{prompt}"] = run_peer(workdir, time_scale, paths, docs, counter, settings, name, prompt, speeds)
     if model_floor_s is not None:
         for result in out.values():
             with_model_floor(result, model_floor_s)
     return out
+
+
+PEER_MODES = ("peer_llamaindex", "peer_cookbook")
+BASE_MODES = ("floor", "platform", "legacy")
+
+
+def peer_runs(modes: list[str]) -> list[tuple[str, str]]:
+    """(peer, prompt) pairs of the modes: `peer_x` runs both prompts, `peer_x:own` or `peer_x:ours` one."""
+    runs = []
+    for mode in modes:
+        name, _, prompt = mode.partition(":")
+        if name in PEER_MODES:
+            runs += [(name, p) for p in (("own", "ours") if not prompt else (prompt,))]
+    return runs
+
+
+def check_modes(modes: list[str]) -> str | None:
+    """None, or the one-line complaint about the first mode --modes does not know."""
+    for mode in modes:
+        name, _, prompt = mode.partition(":")
+        if not (mode in BASE_MODES or (name in PEER_MODES and prompt in ("", "own", "ours"))):
+            return (f"--modes: unknown mode {mode!r}; use {', '.join(BASE_MODES + PEER_MODES)} "
+                    f"(a peer alone with one prompt: peer_cookbook:own or peer_cookbook:ours)")
+    return None
+
+
+def peer_rows(rounds: list[dict]) -> list[dict]:
+    """Per peer and prompt, medians over the rounds; `over_platform` is the median of each round's
+    peer wall over that round's platform wall (None without a platform run)."""
+    keys = list(dict.fromkeys(k for r in rounds for k in r if "/" in k))
+    rows = []
+    for key in keys:
+        name, prompt = key.split("/")
+        runs = [r for r in rounds if key in r]
+
+        def median(field: str, runs=runs, key=key):
+            values = [r[key][field] for r in runs if r[key].get(field) is not None]
+            return round(statistics.median(values), 3) if values else None
+
+        over = [r[key]["wall_s"] / r["platform"]["wall_s"] for r in runs if "platform" in r]
+        idle = [r[key]["idle_while_pending_s"] / r[key]["wall_s"] for r in runs
+                if r[key].get("idle_while_pending_s") is not None]
+        rows.append({"name": name, "prompt": prompt, "wall_s": median("wall_s"),
+                     "over_platform": round(statistics.median(over), 3) if over else None,
+                     "header_tokens_prompt": median("header_tokens_prompt"),
+                     "idle_while_pending_s": median("idle_while_pending_s"),
+                     "idle_share": round(statistics.median(idle), 4) if idle else None,
+                     "headers_s": median("headers_s"), "embed_s": median("embed_s"),
+                     "headers_missing": max(r[key]["headers_missing"] for r in runs), "rounds": len(runs)})
+    return rows
 
 
 def summarize(rounds: list[dict]) -> dict:
@@ -935,6 +1053,7 @@ def summarize(rounds: list[dict]) -> dict:
         "startup_s": median("platform", "startup_s"),
         "submit_to_launch_s": median("platform", "submit_to_launch_s"),
         "tail_s": median("platform", "tail_s"),
+        "header_tokens_prompt": median("platform", "header_tokens_prompt"),
     }
     summary["model_floor_s"] = next((r[m]["model_floor_s"] for r in rounds for m in r if "model_floor_s" in r[m]),
                                     None)
@@ -953,13 +1072,15 @@ def summarize(rounds: list[dict]) -> dict:
     for name, values in ratios.items():
         summary[name] = round(statistics.median(values), 3) if values else None
     last = rounds[-1].get("platform", {})
+    chunks = next((r[m]["chunks"] for r in rounds for m in r if r[m].get("chunks") is not None), None)
     summary.update({"replica_share": last.get("replica_share"), "capacity_share": last.get("capacity_share"),
                     "share_max_relative_error": max((r[m]["share_max_relative_error"] for r in rounds for m in r),
                                                     default=None),
-                    "chunks": last.get("chunks"), "runs_per_backfill": last.get("runs"),
+                    "chunks": last.get("chunks", chunks), "runs_per_backfill": last.get("runs"),
                     "timeline": last.get("timeline")})
     # The stream's and the shared fleet's own figures, from the last round.
     summary.update({k: last[k] for k in WORKLOAD_FIGURES if k in last})
+    summary["peers"] = peer_rows(rounds)
     return summary
 
 
@@ -989,6 +1110,8 @@ def print_table(workload: str, time_scale: float, embed_s: float, rounds: list[d
           f"{summary['legacy_over_platform']}, idle while pending {summary['idle_while_pending_s']} s "
           f"({summary['idle_share']} of wall), startup {summary['startup_s']} s, "
           f"daemon pick-up {summary['submit_to_launch_s']} s")
+    if summary["peers"]:
+        print_peers(summary)
     if "run_boundaries" in summary:
         print(f"stream: runs of {summary['run_sizes']} documents; between runs {summary['boundary_gap_s']} s "
               f"without a commit, {summary['boundary_idle_s']} s of them idle while pending")
@@ -996,6 +1119,24 @@ def print_table(workload: str, time_scale: float, embed_s: float, rounds: list[d
         print(f"shared fleet: processes {summary['process_wall_s']} s; peak open requests per replica "
               f"{summary['peak_open_requests']} (cap {CAP}); shares {summary['replica_share']} vs capacity "
               f"{summary['capacity_share']}")
+
+
+def print_peers(summary: dict) -> None:
+    """The peers under the platform, medians over the rounds."""
+    print(f"{'':16s} {'prompt':>6s} {'wall s':>8s} {'over platform':>14s} {'prompt tokens':>14s} {'idle s':>7s} "
+          f"{'idle share':>11s} {'missing':>8s}")
+    rows = [{"name": "platform", "prompt": "ours", "wall_s": summary["wall_s"], "over_platform": 1.0 if summary[
+        "wall_s"] else None, "header_tokens_prompt": summary["header_tokens_prompt"],
+        "idle_while_pending_s": summary["idle_while_pending_s"], "idle_share": summary["idle_share"],
+        "headers_missing": None}] + summary["peers"]
+    def cell(value, width: int, fmt: str) -> str:
+        return ("-" if value is None else format(value, fmt)).rjust(width)
+
+    for row in rows:
+        print(f"{row['name']:16s} {row['prompt']:>6s} {cell(row['wall_s'], 8, '.2f')} "
+              f"{cell(row['over_platform'], 14, '.3f')} {cell(row['header_tokens_prompt'], 14, ',.0f')} "
+              f"{cell(row['idle_while_pending_s'], 7, '.0f')} {cell(row['idle_share'], 11, '.3f')} "
+              f"{cell(row['headers_missing'], 8, 'd')}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1017,6 +1158,8 @@ def main(argv: list[str] | None = None) -> int:
     INGEST_SLOTS = args.ingest_slots
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if problem := check_modes(modes):
+        parser.error(problem)
     if args.documents is not None and args.workload == "codebase":
         parser.error("--documents: the codebase workload is a fixed set")
     speeds = workload_speeds(args.workload)

@@ -28,6 +28,10 @@ def test_wheel_holds_the_product_packages_and_their_data_only(tmp_path):
                  "contextual_assets/samples/corpus/rate_limiter.py", "contextual_assets/samples/corpus/release_notes.txt",
                  "contextual_assets/samples/pdfs/01_supply_agreement.yaml"):
         assert data in names, data
+    # The peers bench.ingest measures (the `bench` extra) stay out of the product's code.
+    wheel_zip = zipfile.ZipFile(wheel)
+    peers_used = [n for n in names if n.endswith(".py") and b"llama_index" in wheel_zip.read(n)]
+    assert not peers_used, f"the product imports a peer's library: {peers_used}"
     requires = [line.split(":", 1)[1].strip() for line in
                 zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA")))
                 .decode().splitlines() if line.startswith("Requires-Dist:")]
@@ -40,6 +44,8 @@ def assert_installs_anywhere(requires: list[str]) -> None:
     from packaging.requirements import Requirement
 
     by_name = {Requirement(r).name: Requirement(r) for r in requires if "extra ==" not in r}
+    peers = [name for name in by_name if name.startswith("llama-index")]
+    assert not peers, f"{peers}: the peers' libraries belong to the bench extra only"
     torch = by_name["torch"].specifier
     assert torch and not any(s.operator in ("==", "===") for s in torch), f"torch must be a range: {torch}"
     assert "2.13.0" in torch and "2.14.1" in torch, f"torch range {torch} must admit the tested builds"
