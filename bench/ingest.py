@@ -15,7 +15,13 @@ as on real GPUs); pass --time-scale to fix it instead.
   DuckDB. wall_s runs from the launch of the first run (its process start) to the last commit;
   submit_to_launch_s (daemon pick-up and dequeue) is reported apart;
 * legacy: the same components in a document-by-document loop in this process (all headers of a
-  document, then embed, then commit, then the next document), with the embedder already loaded.
+  document, then embed, then commit, then the next document), with the embedder already loaded;
+* peer_llamaindex, peer_cookbook (bench/peers.py, the `bench` extra): what a user would run instead,
+  LlamaIndex's IngestionPipeline with DocumentContextExtractor, and the cookbook's thread pool over
+  every chunk; each twice, with its own prompt (the whole document) and with the platform's requests
+  (`peer_cookbook:ours` runs one), from the files to one bulk insert, embedder loaded beforehand.
+  JSON `peers`: per peer and prompt, medians of wall_s, over_platform (the round's peer wall over
+  its platform wall), header_tokens_prompt (counted by the simulator), idle_while_pending_s.
 
 Idle while pending: whole seconds, from the first header request to the last one admitted by a
 replica, in which no replica's `vllm:prompt_tokens` counter moved (from /metrics sampled at 10 Hz).
@@ -465,26 +471,29 @@ def run_legacy(workdir: Path, time_scale: float, docs, counter, settings, speeds
 
 
 def run_peer(workdir: Path, time_scale: float, paths: list[Path], docs, counter, settings, name: str, prompt: str,
-             speeds: tuple[float, ...] = SPEEDS) -> dict:
+             speeds: tuple[float, ...] = SPEEDS, seed: int = 0) -> dict:
     """A peer (bench/peers.py) from the files to its committed index, on a cold fleet of its own; the
-    embedder is loaded beforehand (the platform loads its own inside its wall time)."""
+    embedder is loaded beforehand (the platform loads its own inside its wall time). `seed` draws its
+    random replicas (bench.ingest gives each round its own)."""
     from functools import partial
 
     from bench.peers import PEERS, PeerJob
+    from contextual_assets.fleet.discovery import ModelDiscovery
     from contextual_assets.fleet.vllm_metrics import MetricsSampler
 
     embedder = loaded_embedder()
     sim = start_fleet(workdir, time_scale, speeds)
-    fleet = header_fleet(sim.base_urls)
     store = sampler = None
     try:
-        model, context_limit = fleet.model, fleet.context_limit
+        # What a peer's user reads off /v1/models once and writes into their script.
+        served = ModelDiscovery().resolve({url: None for url in sim.base_urls})
+        model, context_limit = served.name, served.context_limit
         store, version = bench_store(workdir / f"{name}-{prompt}-{time.monotonic_ns()}.duckdb", docs,
                                      {"header_source": name, "header_model": model, "prompt_version": prompt},
                                      embedder, settings)
         job = PeerJob(paths=paths, base_urls=sim.base_urls, model=model, context_limit=context_limit,
                       workers=CAP * len(speeds), prompt=prompt, counter=counter, settings=settings, embedder=embedder,
-                      store=store, index_version=version,
+                      store=store, index_version=version, seed=seed,
                       ours_requests=partial(chunk_requests, counter=counter, settings=settings,
                                             source=header_source(None, counter), context_limit=context_limit))
         sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
@@ -496,7 +505,6 @@ def run_peer(workdir: Path, time_scale: float, paths: list[Path], docs, counter,
     finally:
         if sampler is not None:
             sampler.stop()
-        fleet.close()
         sim.stop()
         if store is not None:
             store.close()
@@ -968,7 +976,8 @@ def run_sensor_tick(workdir: Path, paths: list[Path]) -> dict:
 # ---- driver --------------------------------------------------------------------------------------
 
 def one_round(workdir: Path, time_scale: float, paths, docs, counter, settings, modes: list[str],
-              workload: str = "seed", model_floor_s: float | None = None, platform_options: dict | None = None) -> dict:
+              workload: str = "seed", model_floor_s: float | None = None, platform_options: dict | None = None,
+              round_index: int = 0) -> dict:
     expected = sum(len(d.chunks) for d in docs)
     speeds = workload_speeds(workload)
     out: dict = {}
@@ -980,7 +989,8 @@ def one_round(workdir: Path, time_scale: float, paths, docs, counter, settings, 
     if "legacy" in modes:
         out["legacy"] = run_legacy(workdir, time_scale, docs, counter, settings, speeds)
     for name, prompt in peer_runs(modes):
-        out[f"{name}/{prompt}"] = run_peer(workdir, time_scale, paths, docs, counter, settings, name, prompt, speeds)
+        out[f"{name}/{prompt}"] = run_peer(workdir, time_scale, paths, docs, counter, settings, name, prompt, speeds,
+                                           seed=round_index)
     if model_floor_s is not None:
         for result in out.values():
             with_model_floor(result, model_floor_s)
@@ -1182,7 +1192,7 @@ def main(argv: list[str] | None = None) -> int:
         rounds = []
         for i in range(args.runs):
             rounds.append(one_round(workdir, time_scale, paths, docs, counter, settings, modes, args.workload,
-                                    model["model_floor_s"], options))
+                                    model["model_floor_s"], options, round_index=i))
             print(f"round {i + 1}: " + ", ".join(f"{m} {r['wall_s']} s" for m, r in rounds[-1].items()), flush=True)
         summary = summarize(rounds)
         if args.workload == "small":
