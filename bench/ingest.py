@@ -1084,7 +1084,9 @@ def summarize(rounds: list[dict]) -> dict:
     last = rounds[-1].get("platform", {})
     chunks = next((r[m]["chunks"] for r in rounds for m in r if r[m].get("chunks") is not None), None)
     summary.update({"replica_share": last.get("replica_share"), "capacity_share": last.get("capacity_share"),
-                    "share_max_relative_error": max((r[m]["share_max_relative_error"] for r in rounds for m in r),
+                    # The platform's pool and the floor's; a peer's own draws are in its round entry.
+                    "share_max_relative_error": max((r[m]["share_max_relative_error"] for r in rounds for m in r
+                                                     if "/" not in m),
                                                     default=None),
                     "chunks": last.get("chunks", chunks), "runs_per_backfill": last.get("runs"),
                     "timeline": last.get("timeline")})
@@ -1114,7 +1116,7 @@ def print_table(workload: str, time_scale: float, embed_s: float, rounds: list[d
               f"{lg.get('wall_s', nan):9.2f} {ratio:11.3f} {p.get('wall_over_model_floor') or nan:11.3f} "
               f"{lratio:12.3f} {p.get('idle_while_pending_s') or 0:7d} {p.get('startup_s') or nan:10.2f} "
               f"{p.get('tail_s') or nan:7.2f} "
-              f"{max(x['share_max_relative_error'] for x in r.values()):10.3f}")
+              f"{max((x['share_max_relative_error'] for m, x in r.items() if '/' not in m), default=nan):10.3f}")
     print(f"median: wall/floor {summary['wall_over_floor']}, wall/model floor {summary['wall_over_model_floor']} "
           f"(floor/model floor {summary['floor_over_model_floor']}), legacy/platform "
           f"{summary['legacy_over_platform']}, idle while pending {summary['idle_while_pending_s']} s "
