@@ -369,10 +369,10 @@ class HeaderFleet:
             while running:
                 done, _ = await asyncio.wait({*running, signal}, return_when=asyncio.FIRST_COMPLETED)
                 if signal in done:
-                    signal = asyncio.ensure_future(asyncio.Event().wait())  # one hedge per attempt
                     hedge = await self._start_hedge(request, tried, attempt, ticket)
                     if hedge is not None:
                         running.add(hedge)
+                        signal = asyncio.ensure_future(asyncio.Event().wait())  # one hedge per attempt
                     else:  # no slot elsewhere yet: the monitor asks again on a later check
                         ticket.hedge.clear()
                         signal = asyncio.ensure_future(ticket.hedge.wait())
@@ -414,6 +414,9 @@ class HeaderFleet:
             else:
                 state = await self._try_acquire(exclude, cost)
         except HeaderGenerationError:  # nothing else is up: the primary is all there is
+            return None
+        if state is ticket.state:  # routing's fallback to a tried replica: a copy on the same one never helps
+            await self._release(state, cost)
             return None
         if state is None:
             return None

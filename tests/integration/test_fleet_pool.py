@@ -3,6 +3,7 @@ retries, failover, circuit breaking, budgets, cache hits on re-run, structured b
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import time
@@ -306,6 +307,23 @@ def test_a_stalled_replica_requests_are_sent_again_long_before_their_timeout():
         assert fleet.counters.hedges >= 4 and fleet.counters.hedge_wins >= 4  # the first wave's 4 at least
         assert not any("Timeout" in kind for kind in fleet.counters.errors)  # nobody waited for a timeout
         assert elapsed < fleet.config.request_timeout_s
+
+
+def test_a_hedge_with_nowhere_to_go_leaves_no_task_behind():
+    """One replica: every hedge the monitor grants finds no other replica. Nothing may be left waiting
+    in the pool's event loop after the answer (a leak per grant, for the life of the pool, before)."""
+    with simulated_fleet([ReplicaSpec()], time_scale=0.2, cap=4, hedge_min_s=0.2, metrics_interval_s=0) as (sim, fleet):
+        warm_up(fleet, n=24)
+        sim.set_faults(0, slowdown=20.0)
+        started = time.monotonic()
+        results_ok(fleet.run([prompt_request(1, words=100)]))
+        assert time.monotonic() - started > 1.0  # slow enough for the monitor to grant hedges (every 0.2 s)
+        assert fleet.counters.hedges == 0  # granted, but there was nowhere to send one
+
+        async def pending_event_waits() -> list:
+            return [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "Event.wait"]
+
+        assert asyncio.run_coroutine_threadsafe(pending_event_waits(), fleet._loop).result(timeout=5) == []
 
 
 def test_hedges_never_exceed_their_budget():
