@@ -55,37 +55,43 @@ COOKBOOK_CHUNK = (
 
 # ---- one endpoint in front of many replicas ------------------------------------------------------
 
-def _retarget(request: httpx.Request, target: httpx.URL) -> None:
-    request.url = request.url.copy_with(scheme=target.scheme, host=target.host, port=target.port)
-    request.headers["host"] = request.url.netloc.decode("ascii")
+class _Shuffle:
+    """Draws a replica per request and points the request at it (the transports below share it)."""
+
+    def __init__(self, base_urls: list[str], seed: int | None):
+        self.targets = [httpx.URL(u) for u in base_urls]
+        self._rng = random.Random(seed)
+
+    def retarget(self, request: httpx.Request) -> None:
+        target = self._rng.choice(self.targets)
+        request.url = request.url.copy_with(scheme=target.scheme, host=target.host, port=target.port)
+        request.headers["host"] = request.url.netloc.decode("ascii")
 
 
-class ShuffleTransport(httpx.BaseTransport):
+class ShuffleTransport(_Shuffle, httpx.BaseTransport):
     """Each request to a replica drawn uniformly at random (LiteLLM's simple-shuffle without weights)."""
 
     def __init__(self, base_urls: list[str], seed: int | None = None, limits: httpx.Limits | None = None):
-        self.targets = [httpx.URL(u) for u in base_urls]
-        self._rng = random.Random(seed)
+        super().__init__(base_urls, seed)
         self._inner = httpx.HTTPTransport(limits=limits or httpx.Limits())
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        _retarget(request, self._rng.choice(self.targets))
+        self.retarget(request)
         return self._inner.handle_request(request)
 
     def close(self) -> None:
         self._inner.close()
 
 
-class AsyncShuffleTransport(httpx.AsyncBaseTransport):
+class AsyncShuffleTransport(_Shuffle, httpx.AsyncBaseTransport):
     """`ShuffleTransport` for asyncio clients."""
 
     def __init__(self, base_urls: list[str], seed: int | None = None, limits: httpx.Limits | None = None):
-        self.targets = [httpx.URL(u) for u in base_urls]
-        self._rng = random.Random(seed)
+        super().__init__(base_urls, seed)
         self._inner = httpx.AsyncHTTPTransport(limits=limits or httpx.Limits())
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        _retarget(request, self._rng.choice(self.targets))
+        self.retarget(request)
         return await self._inner.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -242,15 +248,14 @@ def run_cookbook(job: PeerJob) -> PeerResult:
 
 # ---- LlamaIndex -----------------------------------------------------------------------------------
 
-def llamaindex_llm(job: PeerJob, max_tokens: int | None):
+def llamaindex_llm(job: PeerJob):
+    """The extractor's LLM; it calls `achat` only, so only its asyncio client is shuffled."""
     from llama_index.llms.openai_like import OpenAILike
 
-    limits = _limits(job)
     return OpenAILike(model=job.model, api_base=job.base_urls[0], api_key="none", is_chat_model=True,
-                      context_window=job.context_limit, max_tokens=max_tokens, temperature=0.0, timeout=600,
-                      http_client=httpx.Client(transport=ShuffleTransport(job.base_urls, job.seed, limits)),
+                      context_window=job.context_limit, temperature=0.0, timeout=600,
                       async_http_client=httpx.AsyncClient(
-                          transport=AsyncShuffleTransport(job.base_urls, job.seed, limits)))
+                          transport=AsyncShuffleTransport(job.base_urls, job.seed, _limits(job))))
 
 
 def llamaindex_embedding(embedder, batch_size: int):
@@ -339,9 +344,9 @@ def run_llamaindex(job: PeerJob) -> PeerResult:
     common = {"docstore": docstore, "max_context_length": job.context_limit, "num_workers": job.workers,
               "show_progress": False}
     if job.prompt == "ours":
-        extractor = section_context_extractor(requests, llm=llamaindex_llm(job, None), **common)
+        extractor = section_context_extractor(requests, llm=llamaindex_llm(job), **common)
     else:  # as designed: the library's prompt and output limit
-        extractor = DocumentContextExtractor(llm=llamaindex_llm(job, None), max_output_tokens=LLAMAINDEX_MAX_TOKENS,
+        extractor = DocumentContextExtractor(llm=llamaindex_llm(job), max_output_tokens=LLAMAINDEX_MAX_TOKENS,
                                              **common)
     embedding = llamaindex_embedding(job.embedder, getattr(job.embedder, "batch_size", 32))
     pipeline = IngestionPipeline(transformations=[extractor, embedding])
