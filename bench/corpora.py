@@ -110,17 +110,17 @@ def derive_version(store: ChunkStore, embedder: Embedder, source_version: str, t
 
     apply = TRANSFORMS[transform] if isinstance(transform, str) else transform
     label = name or (transform if isinstance(transform, str) else transform.__name__)
-    fingerprint = next(v["fingerprint"] for v in store.index_versions() if v["index_version"] == source_version)
+    fingerprint = next(v["fingerprint"] for v in store.corpus.index_versions() if v["index_version"] == source_version)
     derived = {**fingerprint, "embedder": embedder.identity, "derived_from": source_version, "transform": label,
                "dropped": sorted(drop_docs)}
     version = index_version_of(derived)
-    store.register_index_version(version, derived, recipe)
+    store.corpus.register_index_version(version, derived, recipe)
     by_doc: dict[str, list[HeaderedChunk]] = defaultdict(list)
-    for chunk in store.chunks(source_version):
+    for chunk in store.corpus.chunks(source_version):
         by_doc[chunk.doc_id].append(chunk)
-    documents = {d.doc_id: d for d in store.documents(source_version)}
+    documents = {d.doc_id: d for d in store.corpus.documents(source_version)}
     # Same embedder: a chunk whose header and text the transform left alone keeps its vector.
-    vectors = ({(d, o): v for d, o, v in store._embedding_rows(source_version)}
+    vectors = ({(d, o): v for d, o, v in store.backend.embedding_rows(source_version)}
                if embedder.identity == fingerprint["embedder"] else {})
     for doc_id, chunks in by_doc.items():
         if doc_id in drop_docs:
@@ -133,5 +133,5 @@ def derive_version(store: ChunkStore, embedder: Embedder, source_version: str, t
                     or EmbeddedChunk(**c.model_dump(), embedding=list(vectors[(c.doc_id, c.ordinal)]))
                     for c in transformed]
         record = documents[doc_id].model_copy(update={"index_version": version, "n_chunks": len(embedded)})
-        store.replace_document(record, embedded)
+        store.corpus.replace_document(record, embedded)
     return version

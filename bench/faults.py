@@ -214,19 +214,19 @@ def store_state(env: Env) -> StoreState:
     store = env.store()
     try:
         documents: dict[str, int] = {}
-        for record in store.documents():
+        for record in store.corpus.documents():
             documents[record.doc_id] = documents.get(record.doc_id, 0) + record.n_chunks
         rows: dict[str, int] = {}
         ordinals: dict[str, list[int]] = {}
-        for doc_id, ordinal in store._query("SELECT doc_id, ordinal FROM ctx_chunks"):
+        for doc_id, ordinal in store.backend.query("SELECT doc_id, ordinal FROM ctx_chunks"):
             rows[doc_id] = rows.get(doc_id, 0) + 1
             ordinals.setdefault(doc_id, []).append(ordinal)
-        duplicates = store._query(
+        duplicates = store.backend.query(
             "SELECT COALESCE(SUM(n - 1), 0) FROM (SELECT COUNT(*) AS n FROM ctx_chunks "
             "GROUP BY doc_id, ordinal, index_version) AS g")[0][0]
-        versions = store._query("SELECT COUNT(DISTINCT index_version) FROM ctx_chunks")[0][0]
-        headers = [r[0] or "" for r in store._query("SELECT header FROM ctx_chunks")]
-        cache_rows = store._query("SELECT COUNT(*) FROM ctx_header_cache")[0][0]
+        versions = store.backend.query("SELECT COUNT(DISTINCT index_version) FROM ctx_chunks")[0][0]
+        headers = [r[0] or "" for r in store.backend.query("SELECT header FROM ctx_chunks")]
+        cache_rows = store.backend.query("SELECT COUNT(*) FROM ctx_header_cache")[0][0]
         return StoreState(
             documents=documents, rows=rows,
             ordinals_ok={d: sorted(o) == list(range(len(o))) for d, o in ordinals.items()},

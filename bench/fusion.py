@@ -60,9 +60,9 @@ def sweep(store, embedder, gold, version: str, reranker=None, rerank_candidates:
     vectors = embedder.embed([t.query for t in tasks])
     lists, texts = [], {}
     for task, vector in zip(tasks, vectors):
-        dense = store.dense_top(vector, version, CANDIDATES)
-        lexical = store.lexical_top(task.query, version, CANDIDATES)
-        for hit in store.hits(version, [*dense, *lexical]):
+        dense = store.search.dense_top(vector, version, CANDIDATES)
+        lexical = store.search.lexical_top(task.query, version, CANDIDATES)
+        for hit in store.search.hits(version, [*dense, *lexical]):
             texts[(hit.doc_id, hit.ordinal)] = hit
         lists.append((dense, lexical))
     n_gold = [len(t.evidence) for t in tasks]

@@ -33,7 +33,8 @@ from bench.corpora import derive_version, remove_evidence
 from bench.report import write_json
 from bench.sim import FleetSimulator, ReplicaSpec
 from contextual_assets.app.ingest_runs import ingest_partitions, register_sources
-from contextual_assets.defs.definitions import build_definitions, build_resources
+from contextual_assets.definitions import build_definitions
+from contextual_assets.defs.resources import build_resources
 from contextual_assets.embedding import OpenAIEmbedder
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
 from contextual_assets.fleet.pool import close_fleets
@@ -72,11 +73,11 @@ class RedTeam:
                   if not o.success]
         if failed:
             raise SystemExit(f"ingest failed: {failed[0].key}: {failed[0].error}")
-        (self.good,) = [v["index_version"] for v in self.store.index_versions()]
+        (self.good,) = [v["index_version"] for v in self.store.corpus.index_versions()]
 
     def evaluate(self, name: str, version: str, gold: Path | None = None, **gate: str) -> dict:
         defs = build_definitions(self.settings.model_copy(update=gate)) if gate else self.defs
-        before = self.store.get_alias("production")
+        before = self.store.aliases.get("production")
         result = defs.resolve_job_def("evaluate_and_promote").execute_in_process(
             instance=self.instance, raise_on_error=False,
             run_config={"ops": {"retrieval_eval": {"config": {"gold_path": str(gold or self.gold),
@@ -102,7 +103,7 @@ class RedTeam:
         expected = EXPECTED_REASON.get(name, "")
         return {"name": name, "index_version": version, "expected_reason": expected,
                 "blocked": not promoted and any(expected in r for r in reasons), "reasons": reasons,
-                "production_before": before, "production_after": self.store.get_alias("production"), **metrics}
+                "production_before": before, "production_after": self.store.aliases.get("production"), **metrics}
 
     def derive(self, transform, **kwargs) -> str:
         return derive_version(self.store, kwargs.pop("embedder", self.embedder), self.good, transform, **kwargs)
@@ -134,13 +135,13 @@ def alias_swap(workdir: Path, samples: list[tuple[str, Path]]) -> dict:
         with dg.DagsterInstance.ephemeral() as instance:
             register_sources(store, instance, samples)
             assert all(o.success for o in ingest_partitions(defs, instance, samples, log_level="ERROR"))
-            (before,) = [v["index_version"] for v in store.index_versions()]
-            store.set_alias("production", before, "red team: promoted")
+            (before,) = [v["index_version"] for v in store.corpus.index_versions()]
+            store.aliases.set("production", before, "red team: promoted")
             httpx.post(f"{sim.admin_urls[0]}/model", json={"root": "org/model-b"}, timeout=10).raise_for_status()
             DEFAULT_DISCOVERY.clear()
             close_fleets()
             result = ingest_partitions(defs, instance, samples, log_level="ERROR")
-            after = [v["index_version"] for v in store.index_versions() if v["index_version"] != before]
+            after = [v["index_version"] for v in store.corpus.index_versions() if v["index_version"] != before]
             cache_hits = sum(int(m.metadata["cache_hits"].value) for m in _materializations(instance, "chunk_headers")
                              if m.metadata["index_version"].value in after)
         close_fleets()
@@ -149,7 +150,7 @@ def alias_swap(workdir: Path, samples: list[tuple[str, Path]]) -> dict:
         reasons.append(f"weights behind 'sim-model' changed: new index version {after[0]} (was {before})")
     if cache_hits == 0:
         reasons.append("no header of the old weights reused (0 cache hits)")
-    production = store.get_alias("production")
+    production = store.aliases.get("production")
     if production == before:
         reasons.append(f"production stays {before} until the new version passes the gate")
     blocked = bool(after) and cache_hits == 0 and production == before and all(o.success for o in result)

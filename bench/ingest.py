@@ -337,7 +337,7 @@ def header_source(fleet, counter, store=None):
     from contextual_assets.headers.openai_source import OpenAIHeaderSource
     from contextual_assets.headers.prompt import DEFAULT_PROMPT, load_prompt
 
-    return OpenAIHeaderSource(fleet, load_prompt(DEFAULT_PROMPT), counter, store=store)
+    return OpenAIHeaderSource(fleet, load_prompt(DEFAULT_PROMPT), counter, store=store.header_cache if store is not None else None)
 
 
 def chunk_requests(doc, counter, settings, source, context_limit: int | None) -> list[tuple]:
@@ -419,9 +419,9 @@ def bench_store(path: Path, docs, source_identity: dict[str, str], embedder, set
     store = open_store(None, path)
     fingerprint = index_fingerprint(source_identity, embedder.identity, settings.chunk_tokens)
     version = index_version_of(fingerprint)
-    store.register_index_version(version, fingerprint)
+    store.corpus.register_index_version(version, fingerprint)
     for doc in docs:
-        store.register_source(SourceRecord(doc_id=doc.doc_id, path=doc.source_path, file_hash=doc.file_hash))
+        store.corpus.register_source(SourceRecord(doc_id=doc.doc_id, path=doc.source_path, file_hash=doc.file_hash))
     return store, version
 
 
@@ -455,13 +455,13 @@ def run_legacy(workdir: Path, time_scale: float, docs, counter, settings, speeds
             headered = [HeaderedChunk(**chunk.model_dump(), header=result.header, header_source=result.source,
                                       header_model=result.model) for chunk, result in zip(doc.chunks, results)]
             embedded = embed_chunks(headered, embedder)
-            store.replace_document(DocumentRecord(
+            store.corpus.replace_document(DocumentRecord(
                 doc_id=doc.doc_id, index_version=version, source_path=doc.source_path, kind=doc.kind, title=doc.title,
                 file_hash=doc.file_hash, n_chunks=len(embedded), updated_at=""), embedded)
         wall = time.monotonic() - started
         timeline = sampler.stop()
         figures = fleet_figures(sim, timeline, speeds)
-        chunks = store.count_chunks(version)
+        chunks = store.corpus.count_chunks(version)
     finally:
         fleet.close()
         sim.stop()
@@ -501,7 +501,7 @@ def run_peer(workdir: Path, time_scale: float, paths: list[Path], docs, counter,
         result = PEERS[name](job)
         wall = time.monotonic() - started
         figures = fleet_figures(sim, sampler.stop(), speeds)
-        committed = store.count_chunks(version)
+        committed = store.corpus.count_chunks(version)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -538,7 +538,7 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     keys = [partition_key_for(p.name) for p in paths]
     store = open_store(None, duckdb_path)
     for key, path in zip(keys, paths):
-        store.register_source(SourceRecord(doc_id=key, path=str(path), file_hash=file_sha256(path)))
+        store.corpus.register_source(SourceRecord(doc_id=key, path=str(path), file_hash=file_sha256(path)))
     store.close()
     instance = dg.DagsterInstance.from_config(str(home))
     instance.add_dynamic_partitions("documents", keys)
@@ -575,8 +575,8 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
         sim.stop()
     store = open_store(None, duckdb_path)
     try:
-        chunks = store.count_chunks()
-        documents = len(store.documents())
+        chunks = store.corpus.count_chunks()
+        documents = len(store.corpus.documents())
     finally:
         store.close()
     if backfill["status"] not in ("COMPLETED", "COMPLETED_SUCCESS") or len(materialized) != len(keys):
@@ -777,7 +777,7 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
         sim.stop()
     store = open_store(None, duckdb_path)
     try:
-        chunks, documents = store.count_chunks(), len(store.documents())
+        chunks, documents = store.corpus.count_chunks(), len(store.corpus.documents())
     finally:
         store.close()
     first_launch = min(r["launched"] for r in runs if r["launched"] is not None)
@@ -897,7 +897,7 @@ def run_shared_fleet(workdir: Path, time_scale: float, paths: list[Path], expect
         figures = fleet_figures(sim, timeline, speeds)
         store = open_store(url, root / "unused.duckdb")
         try:
-            chunks, documents = store.count_chunks(), len(store.documents())
+            chunks, documents = store.corpus.count_chunks(), len(store.corpus.documents())
         finally:
             store.close()
     finally:
@@ -947,7 +947,9 @@ def run_sensor_tick(workdir: Path, paths: list[Path]) -> dict:
 
     import dagster as dg
 
-    from contextual_assets.defs.definitions import build_definitions, build_resources
+    from contextual_assets.definitions import build_definitions
+
+    from contextual_assets.defs.resources import build_resources
     from contextual_assets.settings import PlatformSettings
 
     root = workdir / f"sensor-{time.monotonic_ns()}"

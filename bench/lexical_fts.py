@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         store, _, version = ingest_corpus(args.dataset, args.headers, workdir)
-        chunks = store.chunks(version)
+        chunks = store.corpus.chunks(version)
         data_dir = Path(tempfile.mkdtemp(prefix="ctx-fts-pg-"))
         server = pgserver.get_server(data_dir, cleanup_mode="stop")
         try:
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                     scores = {k: [] for k in KS}
                     for task in gold.tasks:
                         if expression is None:
-                            hits = [h.text for h in store.search_lexical(task.query, version, max(KS))]
+                            hits = [h.text for h in store.search.lexical(task.query, version, max(KS))]
                         else:
                             terms = sorted(set(tokenize(task.query)))
                             if not terms:

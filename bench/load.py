@@ -75,8 +75,10 @@ def write_inbox(inbox: Path, n_docs: int, per_folder: int = 200, age_s: float = 
 def run_sensor(n_docs: int, workdir: Path, unchanged_ticks: int = 3) -> dict:
     import dagster as dg
 
-    from contextual_assets.defs.definitions import build_definitions, build_resources
-    from contextual_assets.defs.resources import clear_store_cache
+    from contextual_assets.definitions import build_definitions
+
+    from contextual_assets.defs.resources import build_resources
+    from contextual_assets.store.shared import clear_store_cache
     from contextual_assets.ingest.inbox import open_inbox
     from contextual_assets.settings import PlatformSettings
 
@@ -100,7 +102,7 @@ def run_sensor(n_docs: int, workdir: Path, unchanged_ticks: int = 3) -> dict:
 
         def tick() -> dict:
             nonlocal cursor
-            before = store.inbox_entries(source.location)
+            before = store.inbox_state.entries(source.location)
             t0 = time.perf_counter()
             with dg.build_sensor_context(instance_ref=instance.get_ref(), cursor=cursor,
                                          resources={"store": store_resource}, definitions=defs) as context:
@@ -116,7 +118,7 @@ def run_sensor(n_docs: int, workdir: Path, unchanged_ticks: int = 3) -> dict:
                         instance.delete_dynamic_partition(request.partitions_def_name, key)
             t2 = time.perf_counter()
             cursor = data.cursor or cursor
-            after = store.inbox_entries(source.location)
+            after = store.inbox_state.entries(source.location)
             # Entries this tick wrote (new, changed or dropped), read back from the store outside the timing.
             written = sum(before.get(path) != row for path, row in after.items()) + len(set(before) - set(after))
             return {"tick_s": round(t1 - t0, 3), "apply_partitions_s": round(t2 - t1, 3),
@@ -147,11 +149,11 @@ def run_sensor(n_docs: int, workdir: Path, unchanged_ticks: int = 3) -> dict:
         t0 = time.perf_counter()
         listing = source.list()
         t1 = time.perf_counter()
-        rows = store.inbox_entries(source.location)
+        rows = store.inbox_state.entries(source.location)
         t2 = time.perf_counter()
         result["unchanged_parts"] = {"list_inbox_s": round(t1 - t0, 3), "read_state_s": round(t2 - t1, 3),
                                      "files": len(listing.files), "entries": len(rows)}
-        result["sources_registered"] = len(store.list_sources())
+        result["sources_registered"] = len(store.corpus.list_sources())
         # For comparison: the same sources registered in one `register_sources` transaction on a fresh store
         # (what the first tick does, as part of its time).
         from contextual_assets.models import SourceRecord
@@ -160,7 +162,7 @@ def run_sensor(n_docs: int, workdir: Path, unchanged_ticks: int = 3) -> dict:
         bulk_store = open_store(None, workdir / "bulk-sources.duckdb")
         records = [SourceRecord(doc_id=r.doc_id, path=r.path, file_hash=r.revision) for r in rows.values()]
         t0 = time.perf_counter()
-        bulk_store.register_sources(records)
+        bulk_store.corpus.register_sources(records)
         result["register_sources_bulk_s"] = round(time.perf_counter() - t0, 3)
         bulk_store.close()
     clear_store_cache()
@@ -254,7 +256,7 @@ def run_store(backend: str, corpus: Corpus, per_doc: int, queries: np.ndarray, q
 
     store = open_store(pg_url if backend == "postgres" else None, workdir / f"{backend}.duckdb")
     try:
-        store.register_index_version(INDEX_VERSION, {"bench": "load"})
+        store.corpus.register_index_version(INDEX_VERSION, {"bench": "load"})
         deferred = backend == "postgres" and defer_hnsw
         if deferred:
             # Bulk path: rows still go through replace_document (COPY, one transaction per document),
@@ -264,11 +266,11 @@ def run_store(backend: str, corpus: Corpus, per_doc: int, queries: np.ndarray, q
         t_build = time.perf_counter()
         for record, chunks in documents(corpus, per_doc):
             t0 = time.perf_counter()
-            store.replace_document(record, chunks)
+            store.corpus.replace_document(record, chunks)
             load_s += time.perf_counter() - t0
         build_s = time.perf_counter() - t_build - load_s
-        count = store.count_chunks(INDEX_VERSION)
-        result: dict = {"chunks": count, "documents": len(store.documents(INDEX_VERSION)),
+        count = store.corpus.count_chunks(INDEX_VERSION)
+        result: dict = {"chunks": count, "documents": len(store.corpus.documents(INDEX_VERSION)),
                         "load_s": round(load_s, 1), "load_chunks_per_s": round(count / load_s) if load_s else None,
                         "build_chunk_objects_s": round(build_s, 1),
                         "load_path": "replace_document, HNSW index built after" if deferred else "replace_document"}
@@ -282,7 +284,7 @@ def run_store(backend: str, corpus: Corpus, per_doc: int, queries: np.ndarray, q
             with store._pool.connection() as conn:
                 conn.execute("ANALYZE ctx_chunks")
             result["analyze_s"] = round(time.perf_counter() - t0, 2)
-            plan = "\n".join(r[0] for r in store._query(
+            plan = "\n".join(r[0] for r in store.backend.query(
                 f"EXPLAIN SELECT doc_id FROM ctx_chunks WHERE embedding_dim = {corpus.dim} AND index_version = ? "
                 f"ORDER BY embedding::vector({corpus.dim}) <=> ?::vector({corpus.dim}) LIMIT 10",
                 (INDEX_VERSION, "[" + ",".join(["0.05"] * corpus.dim) + "]")))
@@ -297,16 +299,16 @@ def run_store(backend: str, corpus: Corpus, per_doc: int, queries: np.ndarray, q
             return out, times
 
         t0 = time.perf_counter()
-        store.search_dense(queries[0].tolist(), INDEX_VERSION, K)
+        store.search.dense(queries[0].tolist(), INDEX_VERSION, K)
         result["first_dense_query_s"] = round(time.perf_counter() - t0, 2)
-        hits, times = timed(lambda q: store.search_dense(q.tolist(), INDEX_VERSION, K), queries)
+        hits, times = timed(lambda q: store.search.dense(q.tolist(), INDEX_VERSION, K), queries)
         result["dense"] = {"p50_ms": ms(percentile(times, 50)), "p95_ms": ms(percentile(times, 95)),
                            "recall_at_10": round(recall([[chunk_index(h, per_doc) for h in hs] for hs in hits],
                                                         truth, K), 4)}
         t0 = time.perf_counter()
-        store.search_hybrid(query_texts[0], queries[0].tolist(), INDEX_VERSION, K)
+        store.search.hybrid(query_texts[0], queries[0].tolist(), INDEX_VERSION, K)
         result["first_hybrid_query_s"] = round(time.perf_counter() - t0, 2)
-        _, times = timed(lambda i: store.search_hybrid(query_texts[i], queries[i].tolist(), INDEX_VERSION, K),
+        _, times = timed(lambda i: store.search.hybrid(query_texts[i], queries[i].tolist(), INDEX_VERSION, K),
                          range(len(queries)))
         result["hybrid"] = {"p50_ms": ms(percentile(times, 50)), "p95_ms": ms(percentile(times, 95))}
         if backend == "postgres":
@@ -314,14 +316,14 @@ def run_store(backend: str, corpus: Corpus, per_doc: int, queries: np.ndarray, q
             result["ef_sweep"] = ef_sweep_results(store, queries, truth, per_doc, ef_sweep)
         # Steady state: a few more documents written through replace_document into the full store
         # (on Postgres with the HNSW index live), under another index version so searches above are unaffected.
-        store.register_index_version(INDEX_VERSION + "-live", {"bench": "load"})
+        store.corpus.register_index_version(INDEX_VERSION + "-live", {"bench": "load"})
         live_s, live_n = 0.0, 0
         for n, (record, chunks) in enumerate(documents(corpus, per_doc)):
             if n >= live_docs:
                 break
             record = record.model_copy(update={"index_version": INDEX_VERSION + "-live"})
             t0 = time.perf_counter()
-            store.replace_document(record, chunks)
+            store.corpus.replace_document(record, chunks)
             live_s += time.perf_counter() - t0
             live_n += len(chunks)
         if live_n:

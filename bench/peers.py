@@ -186,7 +186,7 @@ def bulk_insert(job: PeerJob, docs: list, headers: dict[tuple[str, int], str],
         batch.append((DocumentRecord(doc_id=doc.doc_id, index_version=job.index_version, source_path=doc.source_path,
                                      kind=doc.kind, title=doc.title, file_hash=doc.file_hash, n_chunks=len(chunks),
                                      updated_at=""), chunks))
-    job.store.replace_documents(batch)
+    job.store.corpus.replace_documents(batch)
 
 
 def _limits(job: PeerJob) -> httpx.Limits:

@@ -31,8 +31,9 @@ def ingest_corpus(dataset: Path, headers: str, workdir: Path, llm_base_urls: str
     import dagster as dg
 
     from contextual_assets.app.ingest_runs import ingest_partitions, register_sources
-    from contextual_assets.defs.definitions import build_definitions, build_resources
-    from contextual_assets.defs.resources import current_index_version
+    from contextual_assets.definitions import build_definitions
+    from contextual_assets.defs.resources import build_resources
+    from contextual_assets.index_version import current_index_version
     from contextual_assets.settings import PlatformSettings
 
     corpus = dataset / "codebase_chunks.json" if dataset.is_dir() else dataset
@@ -43,7 +44,7 @@ def ingest_corpus(dataset: Path, headers: str, workdir: Path, llm_base_urls: str
     resources = build_resources(settings)
     store = resources["store"].open()
     version = current_index_version(resources["headers"], resources["embedder"], resources["parsing"])
-    if store.count_chunks(version) == 0:
+    if store.corpus.count_chunks(version) == 0:
         defs = build_definitions(settings)
         with dg.DagsterInstance.ephemeral() as instance:
             sources = [(corpus.name, corpus)]
@@ -69,7 +70,7 @@ def run(dataset: Path, gold_path: Path, headers: str, workdir: Path, llm_base_ur
         "gold": str(gold_path),
         "headers": headers,
         "index_version": version,
-        "chunks": store.count_chunks(version),
+        "chunks": store.corpus.count_chunks(version),
         "ingest_s": round(ingest_s, 2),
         "modes": {
             mode: {

@@ -63,10 +63,10 @@ def load_store(backend: str, corpus: Corpus, url: str | None, workdir: Path) -> 
         if backend == "postgres":
             store._indexed_dims.add(corpus.dim)  # bulk load: the HNSW index is built once, after (as bench.load)
         for version, limit in ((BIG, None), (SMALL, SMALL_CHUNKS)):
-            store.register_index_version(version, fingerprint, {"embedder": embedders.recipe()})
+            store.corpus.register_index_version(version, fingerprint, {"embedder": embedders.recipe()})
             t0 = time.perf_counter()
             for record, chunks in documents(corpus, PER_DOC, version=version, limit=limit):
-                store.replace_document(record, chunks)
+                store.corpus.replace_document(record, chunks)
             out[f"load_{'big' if version == BIG else 'small'}_s"] = round(time.perf_counter() - t0, 1)
         if backend == "postgres":
             store._indexed_dims.discard(corpus.dim)
@@ -75,7 +75,7 @@ def load_store(backend: str, corpus: Corpus, url: str | None, workdir: Path) -> 
             with store._pool.connection() as conn:
                 conn.execute("ANALYZE")
             out["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
-        out["chunks"] = store.count_chunks(BIG)
+        out["chunks"] = store.corpus.count_chunks(BIG)
     finally:
         store.close()
     return out
@@ -89,7 +89,7 @@ def dense_recall(corpus: Corpus, url: str | None, workdir: Path, n_queries: int)
     store = open_store(url, workdir / "index.duckdb")
     try:
         found = [[int(d.rsplit("-", 1)[1].split(".")[0]) * PER_DOC + o
-                  for d, o, _ in store.dense_top(q.tolist(), BIG, K)] for q in queries]
+                  for d, o, _ in store.search.dense_top(q.tolist(), BIG, K)] for q in queries]
     finally:
         store.close()
     return round(recall(found, truth, K), 4)
@@ -210,7 +210,7 @@ def run_backend(backend: str, corpus: Corpus, args, workdir: Path) -> dict:
         from contextual_assets.store import open_store
 
         store = open_store(url, workdir / "index.duckdb")
-        store.set_alias("production", BIG, reason="bench.search")
+        store.aliases.set("production", BIG, reason="bench.search")
         store.close()
         _, service_queries = corpus.queries(20_000)
         service = run_service(env, service_queries, args.clients, args.duration)

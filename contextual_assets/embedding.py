@@ -7,10 +7,14 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from functools import lru_cache
+from typing import ClassVar
+
+from pydantic import BaseModel, PrivateAttr
 
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.models import EmbeddedChunk, HeaderedChunk
 from contextual_assets.parsing.tokens import bundled_model_dir
+from contextual_assets.settings import PlatformSettings
 
 TEXT_LAYOUT_VERSION = "layout-v1"
 
@@ -191,3 +195,41 @@ def embed_chunks(chunks: list[HeaderedChunk], embedder: Embedder) -> list[Embedd
     """Header + chunk of each chunk embedded in one call (the pipeline batches across documents itself)."""
     vectors = embedder.embed([embedding_text(c.header, c.text) for c in chunks])
     return [EmbeddedChunk(**c.model_dump(), embedding=v) for c, v in zip(chunks, vectors)]
+
+
+class EmbedderConfig(BaseModel):
+    """sentence-transformers from a local directory (default: the bundled all-MiniLM-L6-v2), or an
+    OpenAI-compatible /v1/embeddings endpoint when `base_url` is set."""
+
+    base_url: str = ""
+    model: str = ""
+    model_dir: str = ""
+    api_key_env: str = PlatformSettings.default("embed_api_key_env")
+    device: str = PlatformSettings.default("embed_device")
+    batch_size: int = 32
+
+    SETTINGS: ClassVar[dict[str, str]] = {"base_url": "embed_base_url", "model": "embed_model",
+                                          "model_dir": "embed_model_dir", "api_key_env": "embed_api_key_env",
+                                          "device": "embed_device"}
+    _catalog: EmbedderCatalog | None = PrivateAttr(default=None)
+
+    def catalog(self) -> EmbedderCatalog:
+        """This embedder and, by identity, those of older index versions (see `EmbedderCatalog`)."""
+        if self._catalog is None:
+            self._catalog = EmbedderCatalog(self.base_url, self.model, self.model_dir, self.api_key_env,
+                                            self.batch_size, self.device)
+        return self._catalog
+
+    def identity(self) -> str:
+        return self.catalog().identity()
+
+    def get(self) -> Embedder:
+        return self.catalog().get()
+
+    def recipe(self) -> dict[str, str]:
+        """How to load this embedder again (recorded with each index version it builds)."""
+        return self.catalog().recipe()
+
+    def for_identity(self, identity: str, recipe: dict[str, str] | None = None) -> Embedder:
+        """The embedder an index version was built with (a `ConfigurationError` when it cannot be loaded)."""
+        return self.catalog().for_identity(identity, recipe)

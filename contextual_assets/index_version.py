@@ -1,14 +1,23 @@
-"""The index version: a fingerprint of everything that changes what a chunk's vector means."""
+"""The index version: a fingerprint of everything that changes what a chunk's vector means, and the
+version the current configuration builds."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from contextual_assets.parsing.chunking import CHUNKER_VERSION
 
 from .embedding import TEXT_LAYOUT_VERSION
+
+if TYPE_CHECKING:
+    from contextual_assets.headers.configured import HeaderConfig
+    from contextual_assets.parsing.config import ParsingConfig
+
+
+class HasEmbedderIdentity(Protocol):
+    def identity(self) -> str: ...
 
 
 def index_fingerprint(header_identity: dict[str, str], embedder_identity: str, chunk_tokens: int) -> dict[str, Any]:
@@ -25,3 +34,8 @@ def index_fingerprint(header_identity: dict[str, str], embedder_identity: str, c
 def index_version_of(fingerprint: dict[str, Any]) -> str:
     digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:12]
     return f"iv-{digest}"
+
+
+def current_index_version(headers: HeaderConfig, embedder: HasEmbedderIdentity, parsing: ParsingConfig) -> str:
+    """The index version the current configuration builds (no request pool, no model loaded)."""
+    return index_version_of(index_fingerprint(headers.identity(), embedder.identity(), parsing.chunk_tokens))

@@ -12,6 +12,9 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import ClassVar
+
+from pydantic import BaseModel, PrivateAttr
 
 from contextual_assets.embedding import (
     embedding_text,
@@ -24,6 +27,7 @@ from contextual_assets.errors import (
     DependencyUnavailable,
 )
 from contextual_assets.models import SearchHit
+from contextual_assets.settings import PlatformSettings
 
 
 class RerankError(ContextualError):
@@ -119,3 +123,26 @@ def configured_reranker(base_url: str, model: str, model_dir: str, api_key_env: 
     if model_dir:
         return CrossEncoderReranker(model_dir, device)
     return None
+
+
+class RerankerConfig(BaseModel):
+    """The optional rerank stage: an OpenAI-compatible `/v1/rerank` endpoint (vLLM serving a
+    cross-encoder) or a local cross-encoder directory; neither set means no reranker."""
+
+    base_url: str = ""
+    model: str = ""
+    model_dir: str = ""
+    api_key_env: str = PlatformSettings.default("rerank_api_key_env")
+    candidates: int = PlatformSettings.default("rerank_candidates")
+    device: str = PlatformSettings.default("embed_device")
+
+    SETTINGS: ClassVar[dict[str, str]] = {"base_url": "rerank_base_url", "model": "rerank_model",
+                                          "model_dir": "rerank_model_dir", "api_key_env": "rerank_api_key_env",
+                                          "candidates": "rerank_candidates", "device": "embed_device"}
+    _reranker: Reranker | None = PrivateAttr(default=None)
+
+    def get(self) -> Reranker | None:
+        if self._reranker is None:
+            self._reranker = configured_reranker(self.base_url, self.model, self.model_dir, self.api_key_env,
+                                                 self.device)
+        return self._reranker

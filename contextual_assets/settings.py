@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +24,11 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# The ground floor: settings import nothing of the platform but its errors and the pure fusion model
+# (which validates CTX_FUSION_WEIGHTS); the modules that take a setting as a parameter default to it
+# from here (`PlatformSettings.default`).
 from contextual_assets.errors import ConfigurationError
-from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
 from contextual_assets.fusion import FusionWeights
-from contextual_assets.parsing.dispatch import DEFAULT_MAX_BYTES
-from contextual_assets.parsing.pdf import DEFAULT_MAX_PDF_PAGES
 
 ENV_PREFIX = "CTX_"
 HEADER_SOURCES = ("auto", "openai", "structural", "none")
@@ -57,16 +60,12 @@ class PlatformSettings(BaseSettings):
     llm_fleet_file: str = Field("", description="a YAML fleet file (replicas with caps, weights and key variables)")
     llm_model: str = Field("", description="a served model name to pin (empty: discovered from /v1/models)")
     llm_revision: str = Field("", description="the pinned model's revision (part of the index version)")
-    llm_allow_mixed_models: bool = Field(FleetConfig.model_fields["allow_mixed_models"].default,
-                                         description="true or false")
+    llm_allow_mixed_models: bool = Field(False, description="true or false")
     llm_context_limit: int = Field(0, ge=0, description="a token count >= 0 (0: max_model_len from /v1/models)")
-    llm_batch_size: int = Field(FleetConfig.model_fields["batch_size"].default, ge=1, le=32,
-                                description="chunks per request, 1 to 32")
+    llm_batch_size: int = Field(1, ge=1, le=32, description="chunks per request, 1 to 32")
     llm_sample_metrics: bool = Field(False, description="true or false")
-    llm_api_key_env: str = Field(FleetConfig.model_fields["api_key_env"].default,
-                                 description="the name of the variable that holds the API key")
-    llm_max_in_flight: int = Field(ReplicaConfig.model_fields["max_in_flight"].default, ge=1,
-                                   description="requests in flight per replica, an integer >= 1")
+    llm_api_key_env: str = Field("CTX_LLM_API_KEY", description="the name of the variable that holds the API key")
+    llm_max_in_flight: int = Field(16, ge=1, description="requests in flight per replica, an integer >= 1")
     embed_base_url: str = Field("", description="an OpenAI-compatible /v1 base URL (empty: the bundled MiniLM)")
     embed_model: str = Field("", description="the embedding model served at CTX_EMBED_BASE_URL")
     embed_api_key_env: str = Field("CTX_EMBED_API_KEY", description="the name of the variable that holds the key")
@@ -91,8 +90,8 @@ class PlatformSettings(BaseSettings):
     serve_max_request_bytes: int = Field(16_384, ge=256, description="the largest request body in bytes, >= 256")
     chunk_tokens: int = Field(200, ge=1, description="an integer >= 1 (embedder tokens per chunk)")
     context_tokens: int = Field(1000, ge=0, description="an integer >= 0 (tokens of section context per request)")
-    max_file_mb: float = Field(DEFAULT_MAX_BYTES / 1_000_000, gt=0, description="a size in MB > 0")
-    max_pdf_pages: int = Field(DEFAULT_MAX_PDF_PAGES, ge=1, description="an integer >= 1")
+    max_file_mb: float = Field(100.0, gt=0, description="a size in MB > 0")
+    max_pdf_pages: int = Field(2000, ge=1, description="an integer >= 1")
     partitions_per_run: int = Field(200, ge=1, description="documents per ingest run, an integer >= 1")
     gold_path: str = Field("", validation_alias="CTX_GOLD_FILE", description="a gold file (JSONL or YAML)")
     source_root: str = Field("", description="a folder: files under it are keyed by their path relative to it "
@@ -170,6 +169,26 @@ class PlatformSettings(BaseSettings):
         return cls.model_fields[name].default
 
 
+def fields_from(settings: PlatformSettings, mapping: Mapping[str, str]) -> dict[str, Any]:
+    """A configuration's fields from `settings`: `mapping` is field name -> setting name."""
+    return {field: getattr(settings, name) for field, name in mapping.items()}
+
+
+@contextmanager
+def settings_scope(settings: PlatformSettings) -> Iterator[None]:
+    """Within the block, `active_settings()` is `settings` (definitions built for given settings)."""
+    token = _ACTIVE.set(settings)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_settings() -> PlatformSettings:
+    """The settings of the `settings_scope` around the caller, else the environment's."""
+    return _ACTIVE.get() or PlatformSettings.from_env()
+
+
 def env_names(name: str) -> list[str]:
     """The environment variables that set field `name`, in the order they are looked up."""
     alias = PlatformSettings.model_fields[name].validation_alias
@@ -201,3 +220,6 @@ def describe_errors(exc: ValidationError, given: dict[str, Any]) -> str:
         message = error["msg"].removeprefix("Value error, ")
         problems.append(f"{variable}={error.get('input')!r} is not valid ({message}){accepts}")
     return "; ".join(problems)
+
+
+_ACTIVE: ContextVar[PlatformSettings | None] = ContextVar("ctx_active_settings", default=None)

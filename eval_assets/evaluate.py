@@ -97,7 +97,7 @@ def evaluate(store: ChunkStore, embedder: Embedder, gold: GoldSet, index_version
     """Every task in every mode; with a reranker, the hybrid lists are reranked (its top
     `rerank_candidates`) before grading."""
     # Gold hygiene reads every chunk of the version: evaluation, not the query path.
-    statuses = classify(gold, store.chunks(index_version))
+    statuses = classify(gold, store.corpus.chunks(index_version))
     queries = [t.query for t in gold.tasks]
     vectors = embedder.embed(queries) if any(m != "lexical" for m in modes) else [[]] * len(queries)
     results: list[TaskResult] = []
@@ -105,12 +105,12 @@ def evaluate(store: ChunkStore, embedder: Embedder, gold: GoldSet, index_version
     for mode in modes:
         for task, vector in zip(gold.tasks, vectors):
             if mode == "dense":
-                hits = store.search_dense(vector, index_version, DEPTH)
+                hits = store.search.dense(vector, index_version, DEPTH)
             elif mode == "lexical":
-                hits = store.search_lexical(task.query, index_version, DEPTH)
+                hits = store.search.lexical(task.query, index_version, DEPTH)
             else:
                 depth = max(DEPTH, rerank_candidates) if reranker is not None else DEPTH
-                hits = store.search_hybrid(task.query, vector, index_version, depth, weights=weights)
+                hits = store.search.hybrid(task.query, vector, index_version, depth, weights=weights)
                 if reranker is not None:
                     hits = reranker.rerank(task.query, hits[:depth], DEPTH)
                 hybrid_hits[task.id] = hits
@@ -148,7 +148,7 @@ def section_diagnostics(report: EvalReport, gold: GoldSet) -> tuple[float, float
 
 
 def save_report(store: ChunkStore, report: EvalReport, gate: dict | None = None) -> None:
-    store.save_eval_run(
+    store.eval_runs.save(
         {"run_id": report.run_id, "index_version": report.index_version, "evaluator_id": report.evaluator_id,
          "evaluator": report.evaluator, "gold_sha256": report.gold_sha256,
          "metrics": {m: v.model_dump() for m, v in report.metrics.items()}, "gate": gate},

@@ -78,7 +78,7 @@ def env(tmp_path) -> dict[str, str]:
 
 @pytest.fixture(autouse=True)
 def _fresh_store_cache():
-    from contextual_assets.defs.resources import clear_store_cache
+    from contextual_assets.store.shared import clear_store_cache
 
     yield
     clear_store_cache()

@@ -48,7 +48,7 @@ def _settings():
 
 
 def _current_version(defs_resources) -> str:
-    from contextual_assets.defs.resources import current_index_version
+    from contextual_assets.index_version import current_index_version
 
     return current_index_version(defs_resources["headers"], defs_resources["embedder"], defs_resources["parsing"])
 
@@ -71,7 +71,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     import dagster as dg
 
-    from contextual_assets.defs.definitions import build_definitions
+    from contextual_assets.definitions import build_definitions
     from contextual_assets.defs.resources import build_resources
 
     resources = build_resources(settings)
@@ -79,7 +79,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     sources, refused = collect_sources(
         args.paths, inbox=Path(local_location(settings.inbox)) if not is_object_url(settings.inbox) else None,
         source_root=Path(settings.source_root) if settings.source_root else None,
-        registered={s.path: s.doc_id for s in store.list_sources()})
+        registered={s.path: s.doc_id for s in store.corpus.list_sources()})
     for reason in refused:
         print(f"skipped: {reason}", file=sys.stderr)
     if not sources:
@@ -106,7 +106,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     else:
         print(f"{len(outcomes) - len(failed)} ingested, {len(failed)} failed; store {store.location}; "
               f"index version {_current_version(resources)}")
-    from contextual_assets.coverage import production_lag
+    from contextual_assets.lifecycle.coverage import production_lag
 
     lag = production_lag(store)
     if lag is not None and not lag.complete:
@@ -118,7 +118,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def _weights_warnings(resources, store) -> list[str]:
     """The served model name now serves other weights than an index version recorded (ingest builds a
     new version; said here too, since the run's own warning is not printed)."""
-    from contextual_assets.defs.build_targets import weights_changes
+    from contextual_assets.lifecycle.build_targets import weights_changes
     from contextual_assets.errors import ContextualError, DependencyUnavailable
     from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
 
@@ -225,7 +225,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from contextual_assets.coverage import coverage_of, live_documents, production_lag
+    from contextual_assets.lifecycle.coverage import coverage_of, live_documents, production_lag
     from contextual_assets.defs.resources import build_resources
     from contextual_assets.errors import ContextualError
     from contextual_assets.parsing.objects import is_object_url, local_location
@@ -238,9 +238,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         current = _current_version(resources)
     except ContextualError as exc:  # e.g. the fleet is down: the rest of the status still helps
         current, warning = None, f"current index version unknown: {exc}"
-    production = store.get_alias("production")
+    production = store.aliases.get("production")
     live = live_documents(store, production)
-    versions = store.index_versions()
+    versions = store.corpus.index_versions()
     for version in versions:
         version["coverage"] = coverage_of(store, version["index_version"], live).metadata()
     lag = production_lag(store)
@@ -257,7 +257,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "current_index_version": current,
         "production": production,
         "candidate": candidate,
-        "sources": len(store.list_sources()),
+        "sources": len(store.corpus.list_sources()),
         # What production misses of the registered documents (ingest keeps it fresh while it can).
         "production_lag": lag.metadata() | {"index_version": lag.index_version} if lag is not None else None,
         "index_versions": versions,
@@ -334,7 +334,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from contextual_assets.defs.resources import build_resources
 
     store = build_resources(_settings())["store"].open()
-    restored, replaced = store.rollback_alias(args.alias, reason=args.reason)
+    restored, replaced = store.aliases.rollback(args.alias, reason=args.reason)
     print(f"{args.alias}: {replaced} -> {restored}")
     return EXIT_OK
 
@@ -354,7 +354,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     ensure_dagster_home(settings.home)
     import dagster as dg
 
-    from contextual_assets.defs.definitions import build_definitions
+    from contextual_assets.definitions import build_definitions
     from contextual_assets.defs.resources import build_resources
 
     resources = build_resources(settings)
@@ -362,15 +362,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     alias = resources["gate"].alias
     # The candidate's version needs the header fleet (its served weights): a down fleet exits 3 here.
     candidate = args.version or _current_version(resources)
-    before = store.get_alias(alias)
+    before = store.aliases.get(alias)
     defs = build_definitions(settings)
     config = {"gold_path": gold_path, "index_version": args.version}
     with dg.DagsterInstance.get() as instance:
-        result = defs.resolve_job_def("evaluate_and_promote").execute_in_process(
+        result = defs.resolve_job_def(EVALUATE_AND_PROMOTE_JOB).execute_in_process(
             instance=instance, raise_on_error=False, run_config={
                 "ops": {"retrieval_eval": {"config": config}},
                 "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}})
-    report = evaluation_report(result, candidate, before, store.get_alias(alias))
+    report = evaluation_report(result, candidate, before, store.aliases.get(alias))
     code = _evaluation_exit(result, report)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -449,7 +449,7 @@ def _evaluation_exit(result, report: dict) -> int:
 
 
 def _failure_says_unavailable(result) -> bool:
-    """A step's one-line failure that wraps an outage (`eval_assets.assets.refusal`)."""
+    """A step's one-line failure that wraps an outage (`contextual_assets.defs.evaluation.assets.refusal`)."""
     for event in result.get_step_failure_events():
         data = event.step_failure_data.user_failure_data if event.step_failure_data else None
         flag = data.metadata.get("dependency_unavailable") if data else None

@@ -40,12 +40,12 @@ def main() -> int:
     resources = build_resources(settings)
     store = resources["store"].open()
     embedder = resources["embedder"].get()
-    from contextual_assets.defs.resources import current_index_version
+    from contextual_assets.index_version import current_index_version
 
     version = current_index_version(resources["headers"], resources["embedder"], resources["parsing"])
     found = 0
     for query, expected in SAMPLE_QUERIES:
-        hits = store.search_hybrid(query, embedder.embed([query])[0], version, 3)
+        hits = store.search.hybrid(query, embedder.embed([query])[0], version, 3)
         found += any(h.doc_id.endswith(expected) for h in hits)
     print(f"\n{found}/{len(SAMPLE_QUERIES)} sample queries find their document in the top 3 (hybrid).")
     print(f"\nThe Dagster UI on this instance ({os.environ.get('DAGSTER_HOME', 'DAGSTER_HOME')}): `make ui`, then "

@@ -6,24 +6,20 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from pathlib import Path
 
 import dagster as dg
 from pydantic import BaseModel
 
-from contextual_assets.defs.partitions import (
-    documents_partitions,
-    partition_ranges,
-    range_run_tags,
-)
+from contextual_assets.defs.ingest.partitions import documents_partitions, range_run_tags
 from contextual_assets.errors import DocumentError
-from contextual_assets.ingest.document_keys import document_key, key_for_path
+from contextual_assets.ingest.file_selection import collect_sources  # noqa: F401 (ingest callers pick files here)
 from contextual_assets.ingest.inbox import file_sha256
+from contextual_assets.ingest.partition_ranges import partition_ranges
 from contextual_assets.ingest.pipeline import local_file_size
 from contextual_assets.models import SourceRecord
-from contextual_assets.parsing import SUPPORTED_EXTENSIONS
 from contextual_assets.store import ChunkStore
 
 REPO_DAGSTER_YAML = Path(__file__).resolve().parents[2] / "dagster.yaml"  # the checkout's instance settings
@@ -48,81 +44,11 @@ def ensure_dagster_home(ctx_home: str) -> Path:
     return home
 
 
-def collect_sources(
-    paths: Iterable[str | Path],
-    *,
-    inbox: Path | None,
-    source_root: Path | None = None,
-    registered: dict[str, str] | None = None,
-) -> tuple[list[tuple[str, Path]], list[str]]:
-    """Files to ingest with their document keys, and the refusals (with reasons).
-
-    A file's key follows from the file, not from how it was named, so re-ingesting it by any route
-    updates the same document: (1) the key it is already registered under (`registered` maps a
-    resolved path to its key, from `store.list_sources()`); else (2) its path relative to the inbox
-    when it resolves under it (the key the inbox sensor gives); else (3) relative to `source_root`
-    (default: the current directory); else (4) its whole resolved path. A folder's files are all
-    its non-hidden files; a link in it that resolves outside it is refused. The same file reached
-    twice is one source; two files never share a key (nor take one registered to another file
-    that still exists).
-    """
-    root = Path.cwd() if source_root is None else Path(source_root)
-    registered = registered or {}
-    owner_of = {key: path for path, key in registered.items()}  # registered key -> resolved path
-    unique: dict[str, Path] = {}
-    keyed: dict[Path, str] = {}  # resolved file -> its key in this call
-    refused: list[str] = []
-
-    def add(file: Path) -> None:
-        resolved = file.resolve()
-        if resolved in keyed:
-            return
-        key = registered.get(str(resolved))
-        if key is None:
-            try:
-                key = document_key(resolved, inbox=inbox, source_root=root)
-            except DocumentError as exc:
-                refused.append(str(exc))
-                return
-            owner = owner_of.get(key)
-            if owner is not None and Path(owner).exists() and Path(owner).resolve() != resolved:
-                refused.append(f"{file}: same document key '{key}' as {owner} (already ingested); rename one of "
-                               "them or set CTX_SOURCE_ROOT so the keys differ")
-                return
-        if key in unique:
-            refused.append(f"{file}: same document key '{key}' as {unique[key]}; rename one of them or set "
-                           "CTX_SOURCE_ROOT so the keys differ")
-            return
-        keyed[resolved] = key
-        unique[key] = file
-
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            # Hidden files and folders (.git, .cache, editor swap files) are skipped, as the sensor does.
-            for file in sorted(p for p in path.rglob("*")
-                               if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)):
-                if file.suffix.lower() not in SUPPORTED_EXTENSIONS:
-                    refused.append(f"{file}: unsupported file type '{file.suffix}', skipped")
-                    continue
-                try:
-                    key_for_path(file, path)  # refuses a link that resolves outside the folder
-                except DocumentError as exc:
-                    refused.append(str(exc))
-                    continue
-                add(file)
-        elif path.exists():
-            add(path)
-        else:
-            refused.append(f"{path}: no such file or directory")
-    return list(unique.items()), refused
-
-
 def register_sources(store: ChunkStore, instance: dg.DagsterInstance, sources: list[tuple[str, Path]]) -> None:
     for key, path in sources:
         # The resolved path: the file is read without following links, so a file swapped for a
         # symlink after registration is refused instead of read wherever it points.
-        store.register_source(SourceRecord(doc_id=key, path=str(path.resolve()), file_hash=file_sha256(path)))
+        store.corpus.register_source(SourceRecord(doc_id=key, path=str(path.resolve()), file_hash=file_sha256(path)))
     instance.add_dynamic_partitions(documents_partitions.name, [key for key, _ in sources])
 
 
@@ -139,7 +65,7 @@ def ingest_partitions(
 
     `on_done` hears of each document once: a committed one as its commit is recorded, while its run
     still works on the others (from a watcher thread); a failed one when its run has ended."""
-    job = defs.resolve_job_def("ingest_documents")
+    job = defs.resolve_job_def(INGEST_JOB)
     policy = defs.resolve_assets_def(CHUNK_EMBEDDINGS).backfill_policy
     per_run = (policy.max_partitions_per_run if policy else None) or len(sources) or 1
     paths = dict(sources)

@@ -1,7 +1,7 @@
 """Routing policy: which replica gets a request, which requests to hedge, and how many requests a
 replica may hold, as pure functions over replica state.
 
-No event loop and no network here: the pool (`pool.py`) owns the locking and calls these under its
+No event loop and no network here: the pool (`slots.py`) owns the locking and calls these under its
 condition; tests call them directly on hand-built `ReplicaState`s with an explicit `now`.
 
 Routing, in order:

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ValidationError
 from contextual_assets.parsing.tokens import TokenCounter
 
 from ..errors import HeaderGenerationError
-from ..fleet.pool import FleetRequest, FleetResult, HeaderFleet
+from ..fleet.pool import HeaderFleet
+from ..fleet.types import FleetCounters, FleetRequest, FleetResult
 from .base import HeaderRequest, HeaderResult, HeaderSource
 from .budget import FittedPrompt, estimate_tokens, fit_prompt
 from .cache import header_cache_key
@@ -36,29 +37,29 @@ class _BatchAnswer(BaseModel):
 
 
 @dataclass
-class HeaderRunStats:
+class HeaderRunStats(FleetCounters):
+    """One `stream_with_stats` call: the fleet's counters for this call's requests (summed from its
+    results: the pool's own `FleetCounters` mix every document sharing it), and the header source's.
+    """
+
     chunks: int = 0
-    requests: int = 0
     batch_requests: int = 0
     batch_fallbacks: int = 0
     cache_hits: int = 0
-    retries: int = 0
-    failovers: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     trimmed_contexts: int = 0
-    hedges: int = 0
-    hedge_wins: int = 0
     latencies: list[float] = field(default_factory=list)
     per_replica: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
 
+    @property
+    def requests(self) -> int:
+        """Requests sent for this call's answers (`sent`, under the name run metadata reports)."""
+        return self.sent
+
     def add(self, result: FleetResult) -> None:
-        self.requests += result.attempts
-        self.retries += result.attempts - 1
-        self.failovers += result.failovers
-        self.hedges += result.hedged
-        self.hedge_wins += result.hedge_won
+        super().add(result)
         self.prompt_tokens += result.prompt_tokens
         self.completion_tokens += result.completion_tokens
         self.latencies.append(result.latency_s)
@@ -214,30 +215,54 @@ class OpenAIHeaderSource(HeaderSource):
         weights = self.fleet.resolved.weights
         keys = [header_cache_key(weights, self.revision, self.prompt_version, f.context, r.chunk.content_hash)
                 for r, f in zip(requests, fitted)]
+        results = self._cached(keys, on_result)
+        stats.cache_hits = sum(1 for r in results if r is not None)
+        pending = [i for i, r in enumerate(results) if r is None]
+        futures = self._submit(pending, requests, fitted, stats)
+        errors = self._collect(futures, requests, fitted, keys, results, stats, on_result, cancel)
+        stats.wall_s = time.monotonic() - started
+        if errors:
+            raise HeaderGenerationError(f"{len(errors)} of {len(requests)} chunks got no valid header; first: {errors[0]}")
+        return [r for r in results if r is not None], stats
+
+    def _cached(self, keys: list[str], on_result: Callable[[int, HeaderResult], None] | None,
+                ) -> list[HeaderResult | None]:
+        """The headers the cache already holds, in request order (None: not cached), reported at once."""
         cached = self.store.cached_headers(keys) if self.store is not None else {}
-        results: list[HeaderResult | None] = [None] * len(requests)
+        results: list[HeaderResult | None] = [None] * len(keys)
         for index, key in enumerate(keys):
             if key in cached:
                 results[index] = HeaderResult(header=cached[key], source="openai", model=self.model)
                 if on_result is not None:
                     on_result(index, results[index])
-        stats.cache_hits = sum(1 for r in results if r is not None)
-        pending = [i for i, r in enumerate(results) if r is None]
+        return results
 
+    def _send_single(self, request: HeaderRequest, fitted: FittedPrompt) -> concurrent.futures.Future:
+        return self.fleet.submit(self._single(request, fitted))
+
+    def _submit(self, pending: list[int], requests: list[HeaderRequest], fitted: list[FittedPrompt],
+                stats: HeaderRunStats) -> dict[concurrent.futures.Future, list[int]]:
+        """The fleet requests for the chunks not cached (batched where enabled): future -> chunk indices."""
         futures: dict[concurrent.futures.Future, list[int]] = {}
         if self.batch_size > 1:
             for group in self._groups(pending, requests):
                 batch = self._batch(group) if len(group) > 1 else None
                 if batch is None:
                     for index, request in group:
-                        futures[self.fleet.submit(self._single(request, fitted[index]))] = [index]
+                        futures[self._send_single(request, fitted[index])] = [index]
                 else:
                     stats.batch_requests += 1
                     futures[self.fleet.submit(batch)] = [i for i, _ in group]
         else:
             for index in pending:
-                futures[self.fleet.submit(self._single(requests[index], fitted[index]))] = [index]
+                futures[self._send_single(requests[index], fitted[index])] = [index]
+        return futures
 
+    def _collect(self, futures: dict[concurrent.futures.Future, list[int]], requests: list[HeaderRequest],
+                 fitted: list[FittedPrompt], keys: list[str], results: list[HeaderResult | None],
+                 stats: HeaderRunStats, on_result: Callable[[int, HeaderResult], None] | None,
+                 cancel: threading.Event | None) -> list[str]:
+        """Fill `results` from the fleet's answers as they arrive, caching them; the chunks' errors."""
         errors: list[str] = []
         to_cache: list[tuple[str, str, str]] = []
         waiting = set(futures)
@@ -255,25 +280,18 @@ class OpenAIHeaderSource(HeaderSource):
                         if len(indices) > 1:  # batch failed: fall back to one chunk per request
                             stats.batch_fallbacks += 1
                             for index in indices:
-                                single = self.fleet.submit(self._single(requests[index], fitted[index]))
+                                single = self._send_single(requests[index], fitted[index])
                                 futures[single] = [index]
                                 waiting.add(single)
                             continue
                         errors.append(str(exc))
                         continue
                     stats.add(result)
-                    values = result.value if len(indices) > 1 else {indices[0]: result.value}
-                    for index in indices:
-                        header = values[index]
-                        results[index] = HeaderResult(
-                            header=header, source="openai", model=result.model,
-                            prompt_tokens=result.prompt_tokens // len(indices),
-                            completion_tokens=result.completion_tokens // len(indices), latency_s=result.latency_s,
-                            attempts=result.attempts, endpoint=result.replica, failovers=result.failovers,
-                        )
-                        to_cache.append((keys[index], header, result.model))
+                    for index, header in _header_results(result, indices).items():
+                        results[index] = header
+                        to_cache.append((keys[index], header.header, result.model))
                         if on_result is not None and not errors:
-                            on_result(index, results[index])
+                            on_result(index, header)
                 # Cache as results arrive: a crash mid-document re-spends no call on finished chunks.
                 if self.store is not None and (len(to_cache) >= CACHE_FLUSH_EVERY or not waiting):
                     self.store.cache_headers(to_cache)
@@ -283,7 +301,18 @@ class OpenAIHeaderSource(HeaderSource):
                 future.cancel()
             if self.store is not None and to_cache:
                 self.store.cache_headers(to_cache)
-        stats.wall_s = time.monotonic() - started
-        if errors:
-            raise HeaderGenerationError(f"{len(errors)} of {len(requests)} chunks got no valid header; first: {errors[0]}")
-        return [r for r in results if r is not None], stats
+        return errors
+
+
+def _header_results(result: FleetResult, indices: list[int]) -> dict[int, HeaderResult]:
+    """One fleet answer as the header of each chunk it covers (a batch splits its token counts)."""
+    values = result.value if len(indices) > 1 else {indices[0]: result.value}
+    return {
+        index: HeaderResult(
+            header=values[index], source="openai", model=result.model,
+            prompt_tokens=result.prompt_tokens // len(indices),
+            completion_tokens=result.completion_tokens // len(indices), latency_s=result.latency_s,
+            attempts=result.attempts, endpoint=result.replica, failovers=result.failovers,
+        )
+        for index in indices
+    }

@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 from ..errors import DocumentError
+from ..settings import PlatformSettings
 from .blocks import ParsedSource
 from .code import CODE_EXTENSIONS, parse_code
 from .objects import (
@@ -23,7 +24,7 @@ from .prechunked import looks_prechunked, parse_prechunked
 from .text import parse_markdown, parse_text
 
 # Larger files are refused by default (CTX_MAX_FILE_MB).
-DEFAULT_MAX_BYTES = 100_000_000
+DEFAULT_MAX_BYTES = int(PlatformSettings.default("max_file_mb") * 1_000_000)
 
 TEXT_EXTENSIONS = {".txt", ".text", ".rst", ".log", ".csv"}
 MARKDOWN_EXTENSIONS = {".md", ".markdown"}

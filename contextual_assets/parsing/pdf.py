@@ -8,11 +8,12 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import DocumentError
+from ..settings import PlatformSettings
 from .blocks import Block, ParsedSource
 
 _BOLD_FLAG = 16
 # Refuse larger PDFs by default (CTX_MAX_PDF_PAGES): a page bomb costs minutes of parsing.
-DEFAULT_MAX_PDF_PAGES = 2000
+DEFAULT_MAX_PDF_PAGES = PlatformSettings.default("max_pdf_pages")
 
 
 def _open(path: Path, data: bytes, max_pages: int):

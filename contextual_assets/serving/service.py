@@ -14,9 +14,10 @@ from contextual_assets.embedding import EmbedderCatalog
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fusion import FusionWeights
 from contextual_assets.models import SearchHit
+from contextual_assets.platform import Platform
 from contextual_assets.rerank import Reranker, RerankError
 from contextual_assets.settings import PlatformSettings
-from contextual_assets.store import ChunkStore
+from contextual_assets.store import ChunkStore, open_store
 
 from .api import Hit, SearchRequest, SearchResponse, VersionInfo, VersionsResponse
 from .vectors import VersionVectors
@@ -48,8 +49,8 @@ class SearchService:
         self._records: dict[str, dict] = {}
         self._batchers: dict[str, MicroBatcher[str, list[float]]] = {}
         self._lock = threading.Lock()
-        embedding_matrix = getattr(store, "embedding_matrix", None)
-        self.vectors = (VersionVectors(embedding_matrix, store.revision)
+        embedding_matrix = store.search.embedding_matrix
+        self.vectors = (VersionVectors(embedding_matrix, store.corpus.revision)
                         if vectors_in_memory and embedding_matrix is not None else None)
 
     # ---- which version -----------------------------------------------------------------------
@@ -61,7 +62,7 @@ class SearchService:
             seen_at, version = self._alias_seen
             if now - seen_at < self.alias_refresh_s:
                 return version
-        version = self.store.get_alias(self.alias)
+        version = self.store.aliases.get(self.alias)
         with self._lock:
             self._alias_seen = (now, version)
         return version
@@ -89,10 +90,10 @@ class SearchService:
         with self._lock:
             record = self._records.get(version)
         if record is None:
-            record = self.store.index_version(version)
-            if record is None or self.store.count_chunks(version) == 0:
+            record = self.store.corpus.index_version(version)
+            if record is None or self.store.corpus.count_chunks(version) == 0:
                 known = ", ".join(f"{v['index_version']} ({v['chunks']} chunks)"
-                                  for v in self.store.index_versions()) or "none"
+                                  for v in self.store.corpus.index_versions()) or "none"
                 raise SearchError(404, f"index version {version} holds no chunks (known versions: {known}); "
                                        "ingest first or pass --version")
             with self._lock:
@@ -153,11 +154,11 @@ class SearchService:
         store = self.store
         with store.reading():
             if mode == "lexical":
-                return store.hits(version, store.lexical_top(query, version, depth))
+                return store.search.hits(version, store.search.lexical_top(query, version, depth))
             vector = self.embed_query(version, query)
             if mode == "dense":
-                return store.hits(version, self._dense(vector, version, depth))
-            return store.hits(version, store.hybrid_top(query, vector, version, depth, weights=self.weights,
+                return store.search.hits(version, self._dense(vector, version, depth))
+            return store.search.hits(version, store.search.hybrid_top(query, vector, version, depth, weights=self.weights,
                                                         dense_top=self._dense))
 
     def _dense(self, vector: list[float], version: str, n: int) -> list[tuple[str, int, float]]:
@@ -165,7 +166,7 @@ class SearchService:
             top = self.vectors.top(version, vector, n)
             if top is not None:
                 return top
-        return self.store.dense_top(vector, version, n)
+        return self.store.search.dense_top(vector, version, n)
 
     # ---- versions and health -----------------------------------------------------------------
     def versions(self) -> VersionsResponse:
@@ -176,7 +177,7 @@ class SearchService:
             versions=[VersionInfo(index_version=v["index_version"], documents=v["documents"], chunks=v["chunks"],
                                   created_at=str(v["created_at"]), embedder=v["fingerprint"].get("embedder"),
                                   aliases=aliases.get(v["index_version"], []))
-                      for v in self.store.index_versions()])
+                      for v in self.store.corpus.index_versions()])
 
     def health(self) -> dict:
         return {"status": "ok", "production": self.production()}
@@ -184,28 +185,17 @@ class SearchService:
 
 def service_from_settings(settings: PlatformSettings, *, vectors_in_memory: bool = False) -> SearchService:
     """The service the settings describe. Without a production alias it serves the version the current
-    settings build (as `ctx search` does), computed only when needed: that import brings in Dagster."""
-    from contextual_assets.rerank import configured_reranker
-    from contextual_assets.store import open_store
-
-    def current_version() -> str | None:
-        from contextual_assets.defs.resources import (
-            build_resources,
-            current_index_version,
-        )
-
-        resources = build_resources(settings)
-        return current_index_version(resources["headers"], resources["embedder"], resources["parsing"])
+    settings build (as `ctx search` does), computed only when needed (it asks the header fleet)."""
+    platform = Platform(settings)
 
     store = open_store(settings.database_url or None, settings.duckdb_path, pool_size=8)
     embedders = EmbedderCatalog(settings.embed_base_url, settings.embed_model, settings.embed_model_dir,
                                 settings.embed_api_key_env,
                                 device=settings.embed_device, threads=1)
-    reranker = configured_reranker(settings.rerank_base_url, settings.rerank_model, settings.rerank_model_dir,
-                                   settings.rerank_api_key_env, settings.embed_device)
+    reranker = platform.reranker.get()
     return SearchService(store, embedders, weights=FusionWeights.model_validate_json(settings.fusion_weights_json),
                          reranker=reranker, rerank_candidates=settings.rerank_candidates, max_k=settings.serve_max_k,
-                         fallback_version=current_version, vectors_in_memory=vectors_in_memory)
+                         fallback_version=platform.current_index_version, vectors_in_memory=vectors_in_memory)
 
 
 def _hit(rank: int, h: SearchHit) -> Hit:

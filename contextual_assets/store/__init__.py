@@ -1,11 +1,18 @@
-"""Chunk stores: DuckDB (embedded default) and Postgres + pgvector (production)."""
+"""Chunk stores: DuckDB (embedded default) and Postgres + pgvector (production), each a `ChunkStore`
+of small parts over one back-end (see storage.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .base import ChunkStore
+from .aliases import Aliases
+from .corpus import ChunkKey, Corpus
 from .duckdb_store import DuckDBChunkStore
+from .eval_runs import EvalRuns
+from .header_cache import HeaderCache
+from .inbox_state import InboxState
+from .search import EmbeddingMatrix, Search
+from .storage import ChunkStore
 
 
 def open_store(database_url: str | None, duckdb_path: str | Path, pool_size: int = 4) -> ChunkStore:
@@ -21,4 +28,5 @@ def open_store(database_url: str | None, duckdb_path: str | Path, pool_size: int
     return store
 
 
-__all__ = ["ChunkStore", "DuckDBChunkStore", "open_store"]
+__all__ = ["Aliases", "ChunkKey", "ChunkStore", "Corpus", "DuckDBChunkStore", "EmbeddingMatrix", "EvalRuns",
+           "HeaderCache", "InboxState", "Search", "open_store"]

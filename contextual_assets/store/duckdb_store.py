@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,10 @@ from tenacity import (
 
 from ..errors import StoreError
 from ..models import EmbeddedChunk
-from .base import ChunkStore, utc_now
+from .backend import Backend, T, utc_now
 from .migrations import MIGRATIONS
+from .search import EmbeddingMatrix
+from .storage import ChunkStore
 
 # A file this young that DuckDB calls invalid is most likely still being created by another process
 # (it exists before its header is written); an older one is really damaged.
@@ -60,11 +62,10 @@ _retry_on_lock = retry(
 )
 
 
-class DuckDBChunkStore(ChunkStore):
+class DuckDBBackend(Backend):
     dialect = "duckdb"
 
     def __init__(self, path: str | Path):
-        super().__init__()
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.location = f"duckdb:{self.path}"
@@ -90,7 +91,7 @@ class DuckDBChunkStore(ChunkStore):
             return int(con.execute("SELECT max(version) FROM ctx_schema_migrations").fetchone()[0])
 
     @contextmanager
-    def _transaction(self) -> Iterator[Any]:
+    def transaction(self) -> Iterator[Any]:
         with self._locked_connection() as con:
             con.execute("BEGIN TRANSACTION")
             try:
@@ -146,11 +147,11 @@ class DuckDBChunkStore(ChunkStore):
                 yield con
 
     @_retry_on_lock
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with self._read_connection() as con:
             return con.execute(sql, list(params)).fetchall()
 
-    def _insert_chunks(self, cursor: Any, chunks: list[EmbeddedChunk], index_version: str) -> None:
+    def insert_chunks(self, cursor: Any, chunks: list[EmbeddedChunk], index_version: str) -> None:
         if not chunks:
             return
         import json
@@ -172,7 +173,7 @@ class DuckDBChunkStore(ChunkStore):
             [index_version, *columns],
         )
 
-    def _insert_postings(self, cur: Any, index_version: str, doc_id: str, postings: list) -> None:
+    def insert_postings(self, cur: Any, index_version: str, doc_id: str, postings: list) -> None:
         cur.execute(
             "INSERT INTO ctx_lexical_postings (index_version, term, doc_id, chunk_count, ordinals, tfs, lengths) "
             "SELECT ?, unnest(?::VARCHAR[]), ?, unnest(?::INTEGER[]), unnest(?::INTEGER[][]), "
@@ -181,10 +182,10 @@ class DuckDBChunkStore(ChunkStore):
              [p.ordinals for p in postings], [p.tfs for p in postings], [p.lengths for p in postings]],
         )
 
-    def _embedding_rows(self, index_version: str) -> list[tuple[str, int, list[float] | None]]:
+    def embedding_rows(self, index_version: str) -> list[tuple[str, int, list[float] | None]]:
         return [
             (r[0], int(r[1]), r[2])
-            for r in self._query(
+            for r in self.query(
                 "SELECT doc_id, ordinal, embedding FROM ctx_chunks WHERE index_version = ?", (index_version,)
             )
         ]
@@ -210,6 +211,9 @@ class DuckDBChunkStore(ChunkStore):
                         f"{other}-dimensional embeddings (embedder mismatch)")
         return [(str(d), int(o), float(s)) for d, o, s in rows if s is not None]
 
+    def embedding_matrix_reader(self) -> EmbeddingMatrix:
+        return self.embedding_matrix
+
     @_retry_on_lock
     def embedding_matrix(self, index_version: str) -> tuple[list[tuple[str, int]], np.ndarray]:
         """Keys and L2-normalised float32 vectors of a version, for a long-lived reader that searches
@@ -229,17 +233,14 @@ class DuckDBChunkStore(ChunkStore):
         keys = [(str(d), int(o)) for d, o in zip(columns["doc_id"], columns["ordinal"])]
         return keys, matrix / norms
 
-    # Whole write transactions are retried when another process or thread holds the file.
-    register_source = _retry_on_lock(ChunkStore.register_source)
-    register_sources = _retry_on_lock(ChunkStore.register_sources)
-    register_index_version = _retry_on_lock(ChunkStore.register_index_version)
-    replace_document = _retry_on_lock(ChunkStore.replace_document)
-    replace_documents = _retry_on_lock(ChunkStore.replace_documents)
-    purge_document = _retry_on_lock(ChunkStore.purge_document)
-    cache_headers = _retry_on_lock(ChunkStore.cache_headers)
-    set_alias = _retry_on_lock(ChunkStore.set_alias)
-    rollback_alias = _retry_on_lock(ChunkStore.rollback_alias)
-    save_eval_run = _retry_on_lock(ChunkStore.save_eval_run)
-    ensure_lexical_index = _retry_on_lock(ChunkStore.ensure_lexical_index)
-    set_eval_gate = _retry_on_lock(ChunkStore.set_eval_gate)
-    save_inbox_entries = _retry_on_lock(ChunkStore.save_inbox_entries)
+    @_retry_on_lock
+    def run_write(self, write: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Whole write transactions are retried while another process or thread holds the file."""
+        return write(*args, **kwargs)
+
+
+class DuckDBChunkStore(ChunkStore):
+    """The store over one DuckDB file (not migrated until `migrate`; `open_store` does both)."""
+
+    def __init__(self, path: str | Path):
+        super().__init__(DuckDBBackend(path))

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
-from .primitives import StorePrimitives, utc_now
+from .backend import Backend, utc_now, write_transaction
 
 
-class HeaderCacheTable(StorePrimitives):
-    """`ctx_header_cache`: one header per cache key (see headers.cache for the key)."""
+class HeaderCache(Protocol):
+    """Headers by cache key (see headers.cache for the key)."""
+
+    def cached_headers(self, keys: Sequence[str]) -> dict[str, str]: ...
+    def cache_headers(self, items: Sequence[tuple[str, str, str]]) -> None: ...
+
+
+class HeaderCacheTable:
+    """`ctx_header_cache`: one header per cache key."""
+
+    def __init__(self, backend: Backend):
+        self._backend = backend
 
     def cached_headers(self, keys: Sequence[str]) -> dict[str, str]:
         """Headers already generated for these cache keys (see headers.cache for the key)."""
@@ -17,17 +28,19 @@ class HeaderCacheTable(StorePrimitives):
         for start in range(0, len(unique), 500):
             batch = unique[start : start + 500]
             placeholders = ", ".join("?" for _ in batch)
-            rows = self._query(f"SELECT cache_key, header FROM ctx_header_cache WHERE cache_key IN ({placeholders})",
-                               batch)
+            rows = self._backend.query(
+                f"SELECT cache_key, header FROM ctx_header_cache WHERE cache_key IN ({placeholders})", batch)
             found.update({r[0]: r[1] for r in rows})
         return found
 
+    @write_transaction
     def cache_headers(self, items: Sequence[tuple[str, str, str]]) -> None:
         """Store (cache_key, header, model) rows; the latest write of a key wins."""
         if not items:
             return
-        with self._transaction() as cur:
+        db = self._backend
+        with db.transaction() as cur:
             for key, header, model in dict((i[0], i) for i in items).values():
-                self._exec(cur, "INSERT INTO ctx_header_cache (cache_key, header, model, created_at) VALUES (?, ?, ?, ?) "
-                           "ON CONFLICT (cache_key) DO UPDATE SET header = excluded.header, model = excluded.model, "
-                           "created_at = excluded.created_at", (key, header, model, utc_now()))
+                db.exec(cur, "INSERT INTO ctx_header_cache (cache_key, header, model, created_at) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT (cache_key) DO UPDATE SET header = excluded.header, model = excluded.model, "
+                        "created_at = excluded.created_at", (key, header, model, utc_now()))

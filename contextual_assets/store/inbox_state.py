@@ -4,11 +4,11 @@ the sensor's cursor stays a few bytes and a tick writes only the entries that ch
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel
 
-from .primitives import StorePrimitives
+from .backend import Backend, write_transaction
 
 EntryStatus = Literal["settling", "refused", "requested", "retrying", "gave_up", "removed"]
 
@@ -43,12 +43,23 @@ class InboxEntryRow(BaseModel):
     next_retry: float | None = None  # epoch seconds when the next re-request is due
 
 
-class InboxStateTable(StorePrimitives):
+class InboxState(Protocol):
+    """What the sensor keeps of each inbox entry, and which revisions the index holds."""
+
+    def entries(self, inbox: str) -> dict[str, InboxEntryRow]: ...
+    def save_entries(self, inbox: str, upserts: Sequence[InboxEntryRow], deletes: Sequence[str] = ()) -> None: ...
+    def held_revisions(self, doc_ids: Sequence[str]) -> set[tuple[str, str]]: ...
+
+
+class InboxStateTable:
     """`ctx_inbox_entries`: one row per (inbox, path)."""
 
-    def inbox_entries(self, inbox: str) -> dict[str, InboxEntryRow]:
+    def __init__(self, backend: Backend):
+        self._backend = backend
+
+    def entries(self, inbox: str) -> dict[str, InboxEntryRow]:
         """Every entry of one inbox, by path."""
-        rows = self._query(f"SELECT {', '.join(_COLUMNS)} FROM ctx_inbox_entries WHERE inbox = ?", (inbox,))
+        rows = self._backend.query(f"SELECT {', '.join(_COLUMNS)} FROM ctx_inbox_entries WHERE inbox = ?", (inbox,))
         entries: dict[str, InboxEntryRow] = {}
         for row in rows:
             values = dict(zip(_COLUMNS, row))
@@ -61,7 +72,8 @@ class InboxStateTable(StorePrimitives):
             entries[values["path"]] = InboxEntryRow.model_construct(**values)
         return entries
 
-    def save_inbox_entries(self, inbox: str, upserts: Sequence[InboxEntryRow], deletes: Sequence[str] = ()) -> None:
+    @write_transaction
+    def save_entries(self, inbox: str, upserts: Sequence[InboxEntryRow], deletes: Sequence[str] = ()) -> None:
         """Write the entries that changed and drop those that are gone, in one transaction (a tick over
         an unchanged inbox calls this with nothing and writes nothing)."""
         latest = list({e.path: e for e in upserts}.values())
@@ -69,30 +81,29 @@ class InboxStateTable(StorePrimitives):
         if not latest and not gone:
             return
         row = "(" + ", ".join("?" for _ in range(len(_COLUMNS) + 1)) + ")"
-        with self._transaction() as cur:
+        with self._backend.transaction() as cur:
             # Delete then insert (as register_sources does): one statement shape on both back-ends.
             for start in range(0, len(latest), 500):
                 batch = latest[start: start + 500]
                 self._delete_entries(cur, inbox, [e.path for e in batch])
-                self._exec(cur, f"INSERT INTO ctx_inbox_entries (inbox, {', '.join(_COLUMNS)}) VALUES "
-                                + ", ".join(row for _ in batch),
-                           [v for e in batch for v in (inbox, *(getattr(e, c) for c in _COLUMNS))])
+                self._backend.exec(cur, f"INSERT INTO ctx_inbox_entries (inbox, {', '.join(_COLUMNS)}) VALUES "
+                                   + ", ".join(row for _ in batch),
+                                   [v for e in batch for v in (inbox, *(getattr(e, c) for c in _COLUMNS))])
             for start in range(0, len(gone), 500):
                 self._delete_entries(cur, inbox, gone[start: start + 500])
 
     def _delete_entries(self, cur, inbox: str, paths: Sequence[str]) -> None:
-        self._exec(cur, f"DELETE FROM ctx_inbox_entries WHERE inbox = ? AND path IN ({', '.join('?' for _ in paths)})",
-                   [inbox, *paths])
+        self._backend.exec(cur, "DELETE FROM ctx_inbox_entries WHERE inbox = ? AND path IN "
+                           f"({', '.join('?' for _ in paths)})", [inbox, *paths])
 
     def held_revisions(self, doc_ids: Sequence[str]) -> set[tuple[str, str]]:
         """(doc_id, file_hash) pairs that some index version holds, for these documents."""
         found: set[tuple[str, str]] = set()
         unique = list(dict.fromkeys(doc_ids))
-        with self.reading():
+        with self._backend.reading():
             for start in range(0, len(unique), 500):
                 batch = unique[start: start + 500]
-                rows = self._query(f"SELECT DISTINCT doc_id, file_hash FROM ctx_documents WHERE doc_id IN "
-                                   f"({', '.join('?' for _ in batch)})", batch)
+                rows = self._backend.query(f"SELECT DISTINCT doc_id, file_hash FROM ctx_documents WHERE doc_id IN "
+                                           f"({', '.join('?' for _ in batch)})", batch)
                 found.update((r[0], r[1]) for r in rows)
         return found
-

@@ -5,11 +5,13 @@ One row per (index version, term, document) holds the ordinals of the document's
 the term, with their term frequencies and lengths; `ctx_documents.lexical_tokens` holds each
 document's token total. A query reads the rows of its own terms and two small aggregates, never the
 corpus. Scores are BM25 exactly as bm25s computes them (Lucene idf, k1 1.5, b 0.75).
+
+`LexicalIndex` is shared by two parts: the corpus writes a document's postings in its commit, search
+ranks over them (and indexes, once, what older schemas stored without them).
 """
 
 from __future__ import annotations
 
-import threading
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ from .lexical import (
     term_counts,
     tokenize,
 )
-from .primitives import StorePrimitives
+from .backend import Backend
 
 
 @dataclass(frozen=True)
@@ -50,77 +52,30 @@ def document_postings(chunks: Sequence[HeaderedChunk]) -> tuple[list[Posting], i
     return postings, total
 
 
-class LexicalIndexTable(StorePrimitives):
-    """`ctx_lexical_postings` and BM25 top-k over it."""
+class LexicalIndex:
+    """`ctx_lexical_postings`: one document's postings inside the caller's transaction, and BM25 top-k."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._lexical_ready: set[str] = set()  # versions known to hold postings for every document
-        self._lexical_lock = threading.Lock()
+    def __init__(self, backend: Backend):
+        self._backend = backend
 
-    def _insert_postings(self, cur: Any, index_version: str, doc_id: str, postings: list[Posting]) -> None:
-        """Write one document's postings (back-ends override with a bulk path)."""
-        for p in postings:
-            self._exec(cur, "INSERT INTO ctx_lexical_postings (index_version, term, doc_id, chunk_count, ordinals, "
-                       "tfs, lengths) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (index_version, p.term, doc_id, len(p.ordinals), p.ordinals, p.tfs, p.lengths))
-
-    def _index_document(self, cur: Any, index_version: str, doc_id: str, chunks: Sequence[HeaderedChunk]) -> int:
+    def index_document(self, cur: Any, index_version: str, doc_id: str, chunks: Sequence[HeaderedChunk]) -> int:
         """Replace one document's postings inside the caller's transaction; its token total."""
-        self._exec(cur, "DELETE FROM ctx_lexical_postings WHERE doc_id = ? AND index_version = ?",
-                   (doc_id, index_version))
+        self._backend.exec(cur, "DELETE FROM ctx_lexical_postings WHERE doc_id = ? AND index_version = ?",
+                           (doc_id, index_version))
         postings, total = document_postings(chunks)
         if postings:
-            self._insert_postings(cur, index_version, doc_id, postings)
+            self._backend.insert_postings(cur, index_version, doc_id, postings)
         return total
 
-    def ensure_lexical_index(self, index_version: str) -> int:
-        """Index the documents of a version stored before the lexical index existed (schema 4 and
-        older); the number of documents indexed. Each one is checked and set in its own transaction,
-        so concurrent readers never index a document twice."""
-        pending = [r[0] for r in self._query(
-            "SELECT doc_id FROM ctx_documents WHERE index_version = ? AND lexical_tokens IS NULL ORDER BY doc_id",
-            (index_version,))]
-        done = 0
-        for doc_id in pending:
-            chunks = self.chunks(index_version, doc_id)
-            with self._transaction() as cur:
-                claimed = self._fetch(cur, "UPDATE ctx_documents SET lexical_tokens = 0 WHERE doc_id = ? AND "
-                                      "index_version = ? AND lexical_tokens IS NULL RETURNING doc_id",
-                                      (doc_id, index_version))
-                if not claimed:
-                    continue  # another process indexed it, or a new commit replaced it with its own postings
-                total = self._index_document(cur, index_version, doc_id, chunks)
-                self._exec(cur, "UPDATE ctx_documents SET lexical_tokens = ? WHERE doc_id = ? AND index_version = ?",
-                           (total, doc_id, index_version))
-            done += 1
-        return done
-
-    def _ensure_indexed_once(self, index_version: str) -> None:
-        """Documents without postings exist only from before the lexical index (new commits always write
-        them), so each store object checks a version once; concurrent requests wait for one indexer."""
-        ready = self._lexical_ready
-        if index_version in ready:
-            return
-        with self._lexical_lock:
-            if index_version in ready:
-                return
-            pending = self._query("SELECT count(*) FROM ctx_documents WHERE index_version = ? AND "
-                                  "lexical_tokens IS NULL", (index_version,))[0][0]
-            if pending:
-                self.ensure_lexical_index(index_version)
-            ready.add(index_version)
-
-    def lexical_top(self, query: str, index_version: str, n: int) -> list[tuple[str, int, float]]:
-        """(doc_id, ordinal, BM25 score) of the n best chunks with a score above 0, in one statement:
-        the version's chunk count and token total, the query terms' document frequencies, then the
-        postings of those terms only."""
+    def top(self, query: str, index_version: str, n: int) -> list[tuple[str, int, float]]:
+        """(doc_id, ordinal, BM25 score) of the n best indexed chunks with a score above 0, in one
+        statement: the version's chunk count and token total, the query terms' document frequencies,
+        then the postings of those terms only."""
         counts = Counter(tokenize(query))
         if not counts or n <= 0:
             return []
-        self._ensure_indexed_once(index_version)
         values = ", ".join("(CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION))" for _ in counts)
-        rows = self._query(
+        rows = self._backend.query(
             # Over indexed documents only: another process may be indexing pre-migration ones right now.
             "WITH stats AS (SELECT CAST(sum(n_chunks) AS DOUBLE PRECISION) AS n, "
             "      CAST(sum(lexical_tokens) AS DOUBLE PRECISION) / greatest(sum(n_chunks), 1) AS avgdl "

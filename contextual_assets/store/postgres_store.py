@@ -14,9 +14,10 @@ from psycopg_pool import ConnectionPool
 
 from ..errors import StoreError, StoreUnavailable
 from ..models import EmbeddedChunk
-from .base import ChunkStore, utc_now
+from .backend import Backend, utc_now
 from .lexical_index import postings_rows
 from .migrations import MIGRATIONS
+from .storage import ChunkStore
 
 _MIGRATION_LOCK = 7_314_159  # advisory lock id: one migrator at a time
 
@@ -37,7 +38,7 @@ def _vector_literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
 
-class PostgresChunkStore(ChunkStore):
+class PostgresBackend(Backend):
     dialect = "postgres"
 
     # hnsw.ef_search for a top-10 query: bench.load measured recall@10 against exact search on 200,000
@@ -45,7 +46,6 @@ class PostgresChunkStore(ChunkStore):
     DEFAULT_EF_SEARCH = 200
 
     def __init__(self, url: str, pool_size: int = 4, ef_search: int = DEFAULT_EF_SEARCH):
-        super().__init__()
         self.url = url
         self.ef_search = int(ef_search)
         self.location = f"postgres:{redact_url(url)}"
@@ -66,7 +66,7 @@ class PostgresChunkStore(ChunkStore):
     def close(self) -> None:
         self._pool.close()
 
-    def _sql(self, sql: str) -> str:
+    def sql(self, sql: str) -> str:
         return sql.replace("?", "%s")
 
     def migrate(self) -> int:
@@ -86,32 +86,32 @@ class PostgresChunkStore(ChunkStore):
             return int(conn.execute("SELECT max(version) FROM ctx_schema_migrations").fetchone()[0])
 
     @contextmanager
-    def _transaction(self) -> Iterator[Any]:
+    def transaction(self) -> Iterator[Any]:
         with self._pool.connection() as conn:
             with conn.transaction():
                 with conn.cursor() as cur:
                     yield cur
 
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with self._pool.connection() as conn:
-            return conn.execute(self._sql(sql), list(params)).fetchall()
+            return conn.execute(self.sql(sql), list(params)).fetchall()
 
-    def _lock_aliases(self, cur) -> None:
+    def lock_aliases(self, cur) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK - 1,))
 
-    def _ensure_hnsw(self, dim: int) -> None:
-        if dim in self._indexed_dims:
-            return
-        with self._pool.connection() as conn:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK + dim,))
-                conn.execute(
-                    f"CREATE INDEX IF NOT EXISTS ctx_chunks_hnsw_{int(dim)} ON ctx_chunks USING hnsw "
-                    f"((embedding::vector({int(dim)})) vector_cosine_ops) WHERE embedding_dim = {int(dim)}"
-                )
-        self._indexed_dims.add(dim)
+    def prepare_vectors(self, dims: set[int]) -> None:
+        """An HNSW index per embedding dimension, created before the first commit of that dimension."""
+        for dim in sorted(dims - self._indexed_dims):
+            with self._pool.connection() as conn:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK + dim,))
+                    conn.execute(
+                        f"CREATE INDEX IF NOT EXISTS ctx_chunks_hnsw_{int(dim)} ON ctx_chunks USING hnsw "
+                        f"((embedding::vector({int(dim)})) vector_cosine_ops) WHERE embedding_dim = {int(dim)}"
+                    )
+            self._indexed_dims.add(dim)
 
-    def _insert_chunks(self, cursor: Any, chunks: list[EmbeddedChunk], index_version: str) -> None:
+    def insert_chunks(self, cursor: Any, chunks: list[EmbeddedChunk], index_version: str) -> None:
         if not chunks:
             return
         with cursor.copy(
@@ -127,14 +127,8 @@ class PostgresChunkStore(ChunkStore):
                     _vector_literal(c.embedding), len(c.embedding),
                 ))
 
-    def replace_documents(self, documents, require_current_source: bool = False) -> None:  # type: ignore[override]
-        dims = {len(c.embedding) for _, chunks in documents for c in chunks}
-        for dim in dims:
-            self._ensure_hnsw(dim)
-        super().replace_documents(documents, require_current_source)
-
-    def _embedding_rows(self, index_version: str) -> list[tuple[str, int, list[float] | None]]:
-        rows = self._query(
+    def embedding_rows(self, index_version: str) -> list[tuple[str, int, list[float] | None]]:
+        rows = self.query(
             "SELECT doc_id, ordinal, embedding::text FROM ctx_chunks WHERE index_version = ?", (index_version,)
         )
         return [(r[0], int(r[1]), json.loads(r[2]) if r[2] else None) for r in rows]
@@ -166,7 +160,7 @@ class PostgresChunkStore(ChunkStore):
                     if len(rows) < min(n, total):
                         conn.execute("SET LOCAL enable_indexscan = off")
                         rows = conn.execute(sql, (literal, index_version, literal, n)).fetchall()
-        if not rows and self.count_chunks(index_version):
+        if not rows and self.query("SELECT count(*) FROM ctx_chunks WHERE index_version = ?", (index_version,))[0][0]:
             raise StoreError(
                 f"query vector has {dim} dimensions but index version {index_version} holds no {dim}-dimensional "
                 "embeddings (embedder mismatch)"
@@ -174,8 +168,15 @@ class PostgresChunkStore(ChunkStore):
         # A zero vector has no direction: pgvector's cosine distance to it is NaN.
         return [(str(d), int(o), float(s)) for d, o, s in rows if s is not None and not math.isnan(s)]
 
-    def _insert_postings(self, cur: Any, index_version: str, doc_id: str, postings: list) -> None:
+    def insert_postings(self, cur: Any, index_version: str, doc_id: str, postings: list) -> None:
         with cur.copy("COPY ctx_lexical_postings (index_version, term, doc_id, chunk_count, ordinals, tfs, lengths) "
                       "FROM STDIN") as copy:
             for row in postings_rows(index_version, doc_id, postings):
                 copy.write_row(row)
+
+
+class PostgresChunkStore(ChunkStore):
+    """The store over a Postgres database (not migrated until `migrate`; `open_store` does both)."""
+
+    def __init__(self, url: str, pool_size: int = 4, ef_search: int = PostgresBackend.DEFAULT_EF_SEARCH):
+        super().__init__(PostgresBackend(url, pool_size=pool_size, ef_search=ef_search))

@@ -7,50 +7,69 @@ fused top k), so nothing on the query path reads the whole corpus into Python.
 
 from __future__ import annotations
 
-from abc import abstractmethod
+import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from ..fusion import FusionWeights, ScoredKey, fuse
 from ..models import HeaderedChunk, SearchHit
-from .lexical_index import LexicalIndexTable
+from .backend import Backend, write_transaction
+from .corpus import ChunkKey, Corpus
+from .lexical import tokenize
+from .lexical_index import LexicalIndex
 
-ChunkKey = tuple[str, int]
+if TYPE_CHECKING:
+    import numpy as np
+
+DenseTop = Callable[[Sequence[float], str, int], list[ScoredKey]]
+# Keys and L2-normalised float32 vectors of a whole version, for a long-lived reader that searches in memory.
+EmbeddingMatrix = Callable[[str], "tuple[list[ChunkKey], np.ndarray]"]
 
 
-class CorpusSearch(LexicalIndexTable):
-    """Lexical, dense and hybrid search; back-ends implement `dense_top` (DuckDB: exact in SQL,
-    Postgres: HNSW) and may serve chunk rows faster."""
+class Search(Protocol):
+    """Top-k keys per ranking, and hits (chunks with their scores) for keys."""
 
-    @abstractmethod
-    def dense_top(self, vector: Sequence[float], index_version: str, n: int) -> list[tuple[str, int, float]]:
+    # The version's whole matrix where the back-end offers it (DuckDB), else None: the search service
+    # keeps it in memory; elsewhere dense search stays in the database.
+    embedding_matrix: EmbeddingMatrix | None
+
+    def dense_top(self, vector: Sequence[float], index_version: str, n: int) -> list[ScoredKey]: ...
+    def lexical_top(self, query: str, index_version: str, n: int) -> list[ScoredKey]: ...
+    def hybrid_top(self, query: str, vector: Sequence[float], index_version: str, k: int,
+                   candidates: int | None = None, weights: FusionWeights | None = None,
+                   dense_top: DenseTop | None = None) -> list[ScoredKey]: ...
+    def hits(self, index_version: str, scored: Sequence[ScoredKey]) -> list[SearchHit]: ...
+    def lexical(self, query: str, index_version: str, k: int = 10) -> list[SearchHit]: ...
+    def dense(self, vector: Sequence[float], index_version: str, k: int = 10) -> list[SearchHit]: ...
+    def hybrid(self, query: str, vector: Sequence[float], index_version: str, k: int = 10,
+               candidates: int | None = None, weights: FusionWeights | None = None) -> list[SearchHit]: ...
+    def ensure_lexical_index(self, index_version: str) -> int: ...
+
+
+class CorpusSearch:
+    """Lexical, dense and hybrid search; dense ranking is the back-end's (DuckDB: exact in SQL,
+    Postgres: HNSW)."""
+
+    def __init__(self, backend: Backend, corpus: Corpus, lexical: LexicalIndex):
+        self._backend, self._corpus, self._lexical = backend, corpus, lexical
+        self.embedding_matrix = backend.embedding_matrix_reader()
+        self._lexical_ready: set[str] = set()  # versions known to hold postings for every document
+        self._lexical_lock = threading.Lock()
+
+    # ---- rankings: keys and scores -----------------------------------------------------------
+    def dense_top(self, vector: Sequence[float], index_version: str, n: int) -> list[ScoredKey]:
         """(doc_id, ordinal, cosine similarity) of the n nearest chunks."""
+        return self._backend.dense_top(vector, index_version, n)
 
-    @abstractmethod
-    def chunks_by_key(self, index_version: str, keys: Sequence[ChunkKey]) -> dict[ChunkKey, HeaderedChunk]:
-        """The stored chunks of these keys (missing keys are left out)."""
-
-    def hits(self, index_version: str, scored: Sequence[tuple[str, int, float]]) -> list[SearchHit]:
-        """Scored keys as hits, in the given order; a key whose chunk is gone (a commit between the
-        ranking and this read) is dropped."""
-        chunks = self.chunks_by_key(index_version, [(d, o) for d, o, _ in scored])
-        return [_hit(chunks[(d, o)], s, index_version) for d, o, s in scored if (d, o) in chunks]
-
-    def search_lexical(self, query: str, index_version: str, k: int = 10) -> list[SearchHit]:
-        """BM25 over title, section path, header and text."""
-        return self.hits(index_version, self.lexical_top(query, index_version, k))
-
-    def search_dense(self, vector: Sequence[float], index_version: str, k: int = 10) -> list[SearchHit]:
-        """Cosine nearest chunks."""
-        return self.hits(index_version, self.dense_top(vector, index_version, k))
-
-    def search_hybrid(self, query: str, vector: Sequence[float], index_version: str, k: int = 10,
-                      candidates: int | None = None, weights: FusionWeights | None = None) -> list[SearchHit]:
-        """Weighted reciprocal-rank fusion of the dense and lexical candidate lists."""
-        return self.hits(index_version, self.hybrid_top(query, vector, index_version, k, candidates, weights))
+    def lexical_top(self, query: str, index_version: str, n: int) -> list[ScoredKey]:
+        """(doc_id, ordinal, BM25 score) of the n best chunks with a score above 0."""
+        if n > 0 and tokenize(query):
+            self._ensure_indexed_once(index_version)
+        return self._lexical.top(query, index_version, n)
 
     def hybrid_top(self, query: str, vector: Sequence[float], index_version: str, k: int,
                    candidates: int | None = None, weights: FusionWeights | None = None,
-                   dense_top: Callable[[Sequence[float], str, int], list[ScoredKey]] | None = None) -> list[ScoredKey]:
+                   dense_top: DenseTop | None = None) -> list[ScoredKey]:
         """(doc_id, ordinal, fused score) of the k best chunks; `dense_top` replaces the store's dense
         ranking (the search service's in-memory vectors)."""
         weights = weights or FusionWeights()
@@ -58,6 +77,67 @@ class CorpusSearch(LexicalIndexTable):
         dense = (dense_top or self.dense_top)(vector, index_version, depth) if weights.dense > 0 else []
         lexical = self.lexical_top(query, index_version, depth) if weights.lexical > 0 else []
         return fuse(dense, lexical, k, weights)
+
+    # ---- hits --------------------------------------------------------------------------------
+    def hits(self, index_version: str, scored: Sequence[ScoredKey]) -> list[SearchHit]:
+        """Scored keys as hits, in the given order; a key whose chunk is gone (a commit between the
+        ranking and this read) is dropped."""
+        chunks = self._corpus.chunks_by_key(index_version, [(d, o) for d, o, _ in scored])
+        return [_hit(chunks[(d, o)], s, index_version) for d, o, s in scored if (d, o) in chunks]
+
+    def lexical(self, query: str, index_version: str, k: int = 10) -> list[SearchHit]:
+        """BM25 over title, section path, header and text."""
+        return self.hits(index_version, self.lexical_top(query, index_version, k))
+
+    def dense(self, vector: Sequence[float], index_version: str, k: int = 10) -> list[SearchHit]:
+        """Cosine nearest chunks."""
+        return self.hits(index_version, self.dense_top(vector, index_version, k))
+
+    def hybrid(self, query: str, vector: Sequence[float], index_version: str, k: int = 10,
+               candidates: int | None = None, weights: FusionWeights | None = None) -> list[SearchHit]:
+        """Weighted reciprocal-rank fusion of the dense and lexical candidate lists."""
+        return self.hits(index_version, self.hybrid_top(query, vector, index_version, k, candidates, weights))
+
+    # ---- documents stored before the lexical index --------------------------------------------
+    @write_transaction
+    def ensure_lexical_index(self, index_version: str) -> int:
+        """Index the documents of a version stored before the lexical index existed (schema 4 and
+        older); the number of documents indexed. Each one is checked and set in its own transaction,
+        so concurrent readers never index a document twice."""
+        db = self._backend
+        pending = [r[0] for r in db.query(
+            "SELECT doc_id FROM ctx_documents WHERE index_version = ? AND lexical_tokens IS NULL ORDER BY doc_id",
+            (index_version,))]
+        done = 0
+        for doc_id in pending:
+            chunks = self._corpus.chunks(index_version, doc_id)
+            with db.transaction() as cur:
+                claimed = db.fetch(cur, "UPDATE ctx_documents SET lexical_tokens = 0 WHERE doc_id = ? AND "
+                                   "index_version = ? AND lexical_tokens IS NULL RETURNING doc_id",
+                                   (doc_id, index_version))
+                if not claimed:
+                    continue  # another process indexed it, or a new commit replaced it with its own postings
+                total = self._lexical.index_document(cur, index_version, doc_id, chunks)
+                db.exec(cur, "UPDATE ctx_documents SET lexical_tokens = ? WHERE doc_id = ? AND index_version = ?",
+                        (total, doc_id, index_version))
+            done += 1
+        return done
+
+    def _ensure_indexed_once(self, index_version: str) -> None:
+        """Documents without postings exist only from before the lexical index (new commits always write
+        them), so each store object checks a version once; concurrent requests wait for one indexer."""
+        ready = self._lexical_ready
+        if index_version in ready:
+            return
+        with self._lexical_lock:
+            if index_version in ready:
+                return
+            pending = self._backend.query("SELECT count(*) FROM ctx_documents WHERE index_version = ? AND "
+                                          "lexical_tokens IS NULL", (index_version,))[0][0]
+            if pending:
+                self.ensure_lexical_index(index_version)
+            ready.add(index_version)
+
 
 def _hit(chunk: HeaderedChunk, score: float, index_version: str) -> SearchHit:
     return SearchHit(

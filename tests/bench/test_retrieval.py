@@ -13,7 +13,8 @@ from contextual_assets.app.ingest_runs import (
     ingest_partitions,
     register_sources,
 )
-from contextual_assets.defs.definitions import build_definitions, build_resources
+from contextual_assets.definitions import build_definitions
+from contextual_assets.defs.resources import build_resources
 from tests.support import shared_dataset
 
 

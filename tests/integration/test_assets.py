@@ -12,7 +12,8 @@ from contextual_assets.app.ingest_runs import (
     ingest_partitions,
     register_sources,
 )
-from contextual_assets.defs.definitions import build_definitions, build_resources
+from contextual_assets.definitions import build_definitions
+from contextual_assets.defs.resources import build_resources
 from tests import pdf_fixtures as fx
 from tests.support import copy_into, shared_dataset
 
@@ -48,8 +49,8 @@ def test_materializes_every_document_on_duckdb_and_postgres(corpus, settings_fac
         assert "libreoffice-writer-password.pdf: PDF is password-protected" in failed[
             "corpus/libreoffice-writer-password.pdf"]
         assert "no extractable text" in failed["corpus/scanned.pdf"]
-        (version,) = [v["index_version"] for v in store.index_versions()]
-        docs = {d.doc_id: d.n_chunks for d in store.documents(version)}
+        (version,) = [v["index_version"] for v in store.corpus.index_versions()]
+        docs = {d.doc_id: d.n_chunks for d in store.corpus.documents(version)}
         assert set(docs) == {k for k, o in outcomes.items() if o.success}
         assert all(docs[k] == outcomes[k].chunks > 0 for k in docs)
         assert "corpus/libreoffice-writer-password.pdf" not in {d for d in docs}
@@ -68,11 +69,11 @@ def test_reingest_unchanged_document_changes_nothing(tmp_path, samples_dir, sett
     settings = settings_factory()
     paths = [samples_dir / "release_notes.txt"]
     outcomes, store, _ = ingest(settings, paths)
-    (version,) = [v["index_version"] for v in store.index_versions()]
-    before = [(c.content_hash, c.header) for c in store.chunks(version)]
+    (version,) = [v["index_version"] for v in store.corpus.index_versions()]
+    before = [(c.content_hash, c.header) for c in store.corpus.chunks(version)]
     outcomes, store, _ = ingest(settings, paths)
     assert all(o.success for o in outcomes.values())
-    assert [(c.content_hash, c.header) for c in store.chunks(version)] == before
+    assert [(c.content_hash, c.header) for c in store.corpus.chunks(version)] == before
 
 
 def test_header_source_auto_falls_back_to_structural_with_warning(tmp_path, samples_dir, settings_factory):
@@ -83,8 +84,8 @@ def test_header_source_auto_falls_back_to_structural_with_warning(tmp_path, samp
     metadata = event.asset_materialization.metadata
     assert metadata["header_source"].value == "structural"
     assert "no LLM endpoint configured" in metadata["source_warning"].value
-    (version,) = [v["index_version"] for v in store.index_versions()]
-    headers = [c.header for c in store.chunks(version)]
+    (version,) = [v["index_version"] for v in store.corpus.index_versions()]
+    headers = [c.header for c in store.corpus.chunks(version)]
     assert any("Defines TokenBucket" in h for h in headers)
 
 
@@ -93,10 +94,10 @@ def test_header_source_none_and_index_version_differs(tmp_path, samples_dir, set
     none = settings_factory(header_source="none")
     ingest(structural, [samples_dir / "release_notes.txt"])
     _, store, _ = ingest(none, [samples_dir / "release_notes.txt"])
-    versions = store.index_versions()
+    versions = store.corpus.index_versions()
     assert len(versions) == 2
     by_source = {v["fingerprint"]["header_source"]: v["index_version"] for v in versions}
-    assert all(c.header == "" for c in store.chunks(by_source["none"]))
+    assert all(c.header == "" for c in store.corpus.chunks(by_source["none"]))
 
 
 def registered(tmp_path, settings, name: str, text: str):
@@ -118,7 +119,7 @@ def test_vanished_file_fails_with_its_name(tmp_path, settings_factory):
     (outcome,) = ingest_partitions(build_definitions(settings), instance, sources, log_level="ERROR")
     assert not outcome.success
     assert "gone.md: file no longer exists" in outcome.error
-    assert store.count_chunks() == 0
+    assert store.corpus.count_chunks() == 0
 
 
 def test_a_file_changed_after_registration_fails_before_its_headers(tmp_path, settings_factory):
@@ -131,7 +132,7 @@ def test_a_file_changed_after_registration_fails_before_its_headers(tmp_path, se
     (outcome,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
     assert not outcome.success and "memo.md: the file changed since it was registered" in outcome.error
     assert instance.fetch_materializations(dg.AssetKey("parsed_chunks"), limit=5).records == []
-    assert store.count_chunks() == 0
+    assert store.corpus.count_chunks() == 0
     register_sources(store, instance, sources)  # what the sensor's next tick (or `ctx ingest` again) does
     (again,) = ingest_partitions(defs, instance, sources, log_level="ERROR")
-    assert again.success and store.count_chunks() > 0
+    assert again.success and store.corpus.count_chunks() > 0

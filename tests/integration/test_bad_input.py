@@ -19,7 +19,8 @@ from contextual_assets.app.ingest_runs import (
     ingest_partitions,
     register_sources,
 )
-from contextual_assets.defs.definitions import build_definitions, build_resources
+from contextual_assets.definitions import build_definitions
+from contextual_assets.defs.resources import build_resources
 from contextual_assets.errors import DocumentError
 from contextual_assets.ingest.inbox import LocalInbox
 from contextual_assets.parsing import parse_file
@@ -50,7 +51,7 @@ class Ingest:
 
 
 def committed_chunks(store, key: str) -> int:
-    return store.count_chunks(doc_id=key)
+    return store.corpus.count_chunks(doc_id=key)
 
 
 def many_pages_pdf(dest: Path, pages: int, name: str = "many_pages.pdf") -> Path:
@@ -211,14 +212,14 @@ def test_hostile_file_names_through_the_sensor_and_the_run(tmp_path, settings_fa
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
     store = harness.store_resource.open()
-    by_name = {Path(store.get_source(k).path).name: k for k in keys}
+    by_name = {Path(store.corpus.get_source(k).path).name: k for k in keys}
     assert set(by_name) == set(HOSTILE_NAMES), "each registered path is the file's exact name"
     outcomes = {o.key: o for o in ingest_partitions(harness.defs, harness.instance, [
-        (k, Path(store.get_source(k).path)) for k in sorted(keys)], log_level="CRITICAL")}
+        (k, Path(store.corpus.get_source(k).path)) for k in sorted(keys)], log_level="CRITICAL")}
     assert all(o.success and o.chunks >= 1 for o in outcomes.values()), outcomes
-    version = store.index_versions()[0]["index_version"]
+    version = store.corpus.index_versions()[0]["index_version"]
     for index, name in enumerate(HOSTILE_NAMES):
-        hits = store.search_lexical(f"zebra{index}quartz", version, 3)
+        hits = store.search.lexical(f"zebra{index}quartz", version, 3)
         assert hits and hits[0].doc_id == by_name[name], name
 
 
@@ -262,9 +263,9 @@ def test_symlinks_cannot_lead_out_of_the_inbox(tmp_path, settings_factory):
     outcomes = ingest_partitions(harness.defs, harness.instance, [("ok.txt", victim)], log_level="CRITICAL")
     assert not outcomes[0].success
     assert "ok.txt" in outcomes[0].error and "symbolic link" in outcomes[0].error
-    assert store.count_chunks(doc_id="ok.txt") == 0
-    version_rows = store.search_lexical("vault code 7712", store.index_versions()[0]["index_version"], 5) \
-        if store.index_versions() else []
+    assert store.corpus.count_chunks(doc_id="ok.txt") == 0
+    version_rows = store.search.lexical("vault code 7712", store.corpus.index_versions()[0]["index_version"], 5) \
+        if store.corpus.index_versions() else []
     assert not version_rows
 
 

@@ -218,7 +218,7 @@ def test_colliding_keys_are_refused_not_merged(tmp_path):
 
 
 def test_database_password_stays_out_of_run_config(monkeypatch, settings_factory):
-    from contextual_assets.defs.definitions import build_definitions
+    from contextual_assets.definitions import build_definitions
     from contextual_assets.store.postgres_store import redact_url
 
     monkeypatch.setenv("DATABASE_URL", "postgresql://ctx:S3CRET-pw@db.internal/ctx")

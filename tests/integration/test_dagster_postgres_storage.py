@@ -50,7 +50,7 @@ def _source(tmp_path: Path) -> tuple[str, Path]:
 
 def _ingest_one(settings, instance: dg.DagsterInstance, key: str, path: Path) -> dg.ExecuteInProcessResult:
     from contextual_assets.app.ingest_runs import register_sources
-    from contextual_assets.defs.definitions import build_definitions
+    from contextual_assets.definitions import build_definitions
     from contextual_assets.defs.resources import ChunkStoreResource
 
     store = ChunkStoreResource(database_url=settings.database_url, duckdb_path=settings.duckdb_path).open()
@@ -97,8 +97,8 @@ def test_postgres_instance_records_ingest_run(pg_instance, settings_factory, tmp
     _assert_recorded(instance, result, key)
 
     store = open_store(None, settings.duckdb_path)
-    assert store.count_chunks(doc_id=key) >= 1
-    assert [d.doc_id for d in store.documents()] == [key]
+    assert store.corpus.count_chunks(doc_id=key) >= 1
+    assert [d.doc_id for d in store.corpus.documents()] == [key]
 
 
 def test_postgres_instance_and_postgres_chunk_store(pg_instance, pg_server, settings_factory, tmp_path):
@@ -124,8 +124,8 @@ def test_postgres_instance_and_postgres_chunk_store(pg_instance, pg_server, sett
     store = open_store(chunks_url, settings.duckdb_path)
     try:
         assert store.dialect == "postgres"
-        assert store.count_chunks(doc_id=key) >= 1
-        assert [d.doc_id for d in store.documents()] == [key]
+        assert store.corpus.count_chunks(doc_id=key) >= 1
+        assert [d.doc_id for d in store.corpus.documents()] == [key]
         assert not Path(settings.duckdb_path).exists()
     finally:
         store.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from contextual_assets.defs.definitions import build_definitions
+from contextual_assets.definitions import build_definitions
 from tests.support import REPO_ROOT
 
 
@@ -27,12 +27,51 @@ def test_dagster_definitions_validate(tmp_path):
     assert "Validation successful for code location contextual_retrieval" in result.stdout + result.stderr
 
 
-def test_a_bad_setting_stops_the_code_location_with_one_line_naming_it(tmp_path):
+def test_a_bad_setting_is_a_code_location_load_error_with_one_line_naming_it(tmp_path):
+    """A bad setting fails the code location's load (the UI shows it as the location's error), never
+    the process: the error's message is the one line naming the variable."""
     result = validate_code_location(tmp_path, CTX_LLM_MAX_IN_FLIGHT="-1")
-    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
-    lines = [line for line in result.stderr.splitlines() if "CTX_LLM_MAX_IN_FLIGHT" in line]
-    assert len(lines) == 1 and "is not valid" in lines[0] and ">= 1" in lines[0]
-    assert "Traceback" not in result.stderr
+    output = result.stdout + result.stderr
+    assert "Validation failed for code location contextual_retrieval" in output, output[-4000:]
+    lines = [line for line in output.splitlines() if "CTX_LLM_MAX_IN_FLIGHT" in line]
+    assert len(lines) == 1 and lines[0].startswith("contextual_assets.errors.ConfigurationError: "), lines
+    assert "is not valid" in lines[0] and ">= 1" in lines[0]
+
+
+def dg_check_defs(tmp_path, **variables: str) -> subprocess.CompletedProcess:
+    """`dg check defs` from the dev extra, in this interpreter's environment."""
+    bin_dir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTX_", "DAGSTER_"))}
+    env.update({"DAGSTER_HOME": str(tmp_path), "VIRTUAL_ENV": sys.prefix, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}",
+                **variables})
+    return subprocess.run([str(bin_dir / "dg"), "check", "defs"], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_dg_check_defs(tmp_path):
+    """The project is a `dg` project: `[tool.dg]` in pyproject.toml, definitions from the defs folder."""
+    result = dg_check_defs(tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "All definitions loaded successfully" in result.stdout + result.stderr
+
+
+def test_dg_check_defs_names_a_bad_setting(tmp_path):
+    result = dg_check_defs(tmp_path, CTX_PARTITIONS_PER_RUN="0")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-2000:]
+    assert "CTX_PARTITIONS_PER_RUN='0' is not valid" in output, output[-4000:]
+
+
+def test_the_defs_folder_and_build_definitions_agree(settings_factory):
+    """`build_definitions(settings)` (the CLI, tests) loads the same folder as the code location."""
+    from contextual_assets.definitions import defs as lazy_defs
+
+    built = build_definitions(settings_factory())
+    loaded = lazy_defs()
+    assert {k for k in built.resolve_all_asset_keys()} == {k for k in loaded.resolve_all_asset_keys()}
+    assert {j.name for j in built.jobs} == {j.name for j in loaded.jobs} == {
+        "ingest_documents", "evaluate_and_promote", "check_production_freshness"}
+    assert sorted(built.resources) == sorted(loaded.resources)
 
 
 def test_card_assets_groups_kinds_and_partitions(settings_factory):

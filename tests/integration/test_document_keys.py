@@ -73,10 +73,10 @@ def test_a_file_then_its_folder_is_one_document(ctx, tmp_path):
     state = status(ctx)
     assert state["sources"] == 2, "alpha is one source, not one per way it was named"
     alpha = str((tmp_path / "docs" / "alpha.md").resolve())
-    assert [s.doc_id for s in store().list_sources() if s.path == alpha] == ["docs/alpha.md"]
+    assert [s.doc_id for s in store().corpus.list_sources() if s.path == alpha] == ["docs/alpha.md"]
     (version,) = [v for v in state["index_versions"] if v["index_version"] == state["current_index_version"]]
     assert version["documents"] == 2
-    assert sorted(d.doc_id for d in store().documents(state["current_index_version"])) == \
+    assert sorted(d.doc_id for d in store().corpus.documents(state["current_index_version"])) == \
         ["docs/alpha.md", "docs/beta.md"]
 
     code, out, err = ctx("search", ALPHA_PHRASE, "-k", "10", "--json")
@@ -103,7 +103,7 @@ def test_a_file_ingested_before_keeps_its_key_from_anywhere(ctx, tmp_path, monke
     alpha.write_text(ALPHA + "\nThe kettles are polished on Fridays.\n")
     assert list(ingest(ctx, "alpha.md")) == ["docs/alpha.md"]
     assert status(ctx)["sources"] == 1
-    assert store().get_source("docs/alpha.md").path == str(alpha.resolve())
+    assert store().corpus.get_source("docs/alpha.md").path == str(alpha.resolve())
 
 
 def test_files_outside_the_source_root_and_inbox_get_a_stable_key(ctx, tmp_path, monkeypatch):

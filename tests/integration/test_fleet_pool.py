@@ -145,7 +145,7 @@ def chunk_requests(n: int, words: int = 60) -> list[HeaderRequest]:
 def test_header_cache_makes_a_rerun_free(tmp_path):
     store = open_store(None, tmp_path / "s.duckdb")
     with simulated_fleet(2, time_scale=0.05) as (sim, fleet):
-        source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), store=store)
+        source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), store=store.header_cache if store is not None else None)
         first = source.generate(chunk_requests(12))
         assert source.last_stats.requests == 12 and source.last_stats.cache_hits == 0
         sent = fleet.counters.sent
@@ -153,7 +153,7 @@ def test_header_cache_makes_a_rerun_free(tmp_path):
         assert source.last_stats.cache_hits == 12 and fleet.counters.sent == sent
         assert [r.header for r in second] == [r.header for r in first]
         # A different prompt version is a different key: no stale hits.
-        other = OpenAIHeaderSource(fleet, load_prompt("header_batch_v1"), token_counter(), store=store)
+        other = OpenAIHeaderSource(fleet, load_prompt("header_batch_v1"), token_counter(), store=store.header_cache if store is not None else None)
         other.generate(chunk_requests(2))
         assert other.last_stats.cache_hits == 0
 
@@ -200,7 +200,8 @@ def test_ingest_through_dagster_on_the_simulated_fleet(tmp_path, samples_dir, se
         ingest_partitions,
         register_sources,
     )
-    from contextual_assets.defs.definitions import build_definitions, build_resources
+    from contextual_assets.definitions import build_definitions
+    from contextual_assets.defs.resources import build_resources
 
     with FleetSimulator(3, time_scale=0.05) as sim:
         settings = settings_factory(header_source="openai", llm_base_urls=",".join(sim.base_urls),
@@ -219,7 +220,7 @@ def test_ingest_through_dagster_on_the_simulated_fleet(tmp_path, samples_dir, se
         assert metadata["requests"].value == outcome.chunks and metadata["cache_hits"].value == 0
         assert metadata["latency_p95_s"].value >= metadata["latency_p50_s"].value > 0
         assert any(row["prompt_tokens"] > 0 for row in metadata["fleet_timeline"].value)
-        stored = store.chunks(metadata["index_version"].value)
+        stored = store.corpus.chunks(metadata["index_version"].value)
         assert all(c.header.startswith("This passage") for c in stored)
         completed = sum(s["completed"] for s in sim.stats())
         (again,) = ingest_partitions(defs, instance, sources, log_level="ERROR")

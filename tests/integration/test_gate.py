@@ -15,7 +15,8 @@ from contextual_assets.app.ingest_runs import (
     ingest_partitions,
     register_sources,
 )
-from contextual_assets.defs.definitions import build_definitions, build_resources
+from contextual_assets.definitions import build_definitions
+from contextual_assets.defs.resources import build_resources
 from contextual_assets.settings import PlatformSettings
 from eval_assets.evaluate import evaluate
 from eval_assets.gold.gold_set import Evidence, GoldSet, GoldTask, load_gold, write_gold
@@ -51,7 +52,7 @@ def world(tmp_path_factory, samples_dir):
     sources, _ = collect_sources([samples_dir], inbox=root / "inbox", source_root=samples_dir.parent)
     register_sources(store, instance, sources)
     assert all(o.success for o in ingest_partitions(defs, instance, sources, log_level="ERROR"))
-    (good,) = [v["index_version"] for v in store.index_versions()]
+    (good,) = [v["index_version"] for v in store.corpus.index_versions()]
     return {"settings": settings, "defs": defs, "store": store, "instance": instance, "gold": gold, "good": good,
             "embedder": resources["embedder"].get(), "root": root}
 
@@ -73,7 +74,7 @@ def evaluate_and_promote(world, candidate: str, gold=None, **gate_overrides):
 
 def test_gate_promotes_good_blocks_degraded_and_rolls_back(world, tmp_path):
     store = world["store"]
-    assert store.get_alias("production") is None, "this test runs first: no production yet"
+    assert store.aliases.get("production") is None, "this test runs first: no production yet"
     # A first promotion must meet the shipped floors: a candidate that scores 0 is never promoted.
     # Its gold: queries in a vocabulary the corpus does not use, kept where the good version ranks
     # the evidence beyond the evaluation depth (so every living task scores exactly 0).
@@ -85,7 +86,7 @@ def test_gate_promotes_good_blocks_degraded_and_rolls_back(world, tmp_path):
     _, checks, promoted = evaluate_and_promote(world, world["good"], gold=write_gold(tmp_path / "zero.jsonl", zero),
                                                gate_floors_json=PlatformSettings.default("gate_floors_json"))
     assert checks["eval_gate"].metadata["pass_at_20_raw"].value == 0.0
-    assert not checks["eval_gate"].passed and promoted == [] and store.get_alias("production") is None
+    assert not checks["eval_gate"].passed and promoted == [] and store.aliases.get("production") is None
     assert "below the floor" in checks["eval_gate"].metadata["reasons"].value
     # A first promotion judged on half-stale gold is blocked by the stale+broken ceiling.
     gold = load_gold(world["gold"])
@@ -93,12 +94,12 @@ def test_gate_promotes_good_blocks_degraded_and_rolls_back(world, tmp_path):
                                                                       for e in t.evidence]}) for t in gold.tasks]
     half_stale = write_gold(tmp_path / "half_stale.jsonl", [*gold.tasks, *stale])
     _, checks, promoted = evaluate_and_promote(world, world["good"], gold=half_stale)
-    assert not checks["eval_gate"].passed and promoted == [] and store.get_alias("production") is None
+    assert not checks["eval_gate"].passed and promoted == [] and store.aliases.get("production") is None
     assert "stale+broken" in checks["eval_gate"].metadata["reasons"].value
 
     result, checks, promoted = evaluate_and_promote(world, world["good"])
     assert checks["eval_gate"].passed and promoted, "first good version: floors only, promoted"
-    assert store.get_alias("production") == world["good"]
+    assert store.aliases.get("production") == world["good"]
     assert checks["eval_gate"].severity == dg.AssetCheckSeverity.ERROR
 
     # The candidate lost the evidence of two tasks production retrieves: they count as misses (rank
@@ -108,7 +109,7 @@ def test_gate_promotes_good_blocks_degraded_and_rolls_back(world, tmp_path):
     result, checks, promoted = evaluate_and_promote(world, degraded)
     assert not checks["eval_gate"].passed
     assert promoted == [], "a blocking failed check stops promotion in the same run"
-    assert store.get_alias("production") == world["good"]
+    assert store.aliases.get("production") == world["good"]
     metadata = checks["eval_gate"].metadata
     assert metadata["lost_tasks"].value == "t0, t2" and metadata["compared_tasks"].value == len(SPANS)
     assert metadata["pass_at_10_delta"].value <= -2 / len(SPANS) + 1e-3
@@ -117,16 +118,16 @@ def test_gate_promotes_good_blocks_degraded_and_rolls_back(world, tmp_path):
     # promoted_index on its own refuses too: it reads the stored gate decision.
     lone = world["defs"].resolve_implicit_global_asset_job_def().execute_in_process(
         instance=world["instance"], asset_selection=[dg.AssetKey("promoted_index")], raise_on_error=False)
-    assert not lone.success and store.get_alias("production") == world["good"]
+    assert not lone.success and store.aliases.get("production") == world["good"]
 
     swapped = derive_version(store, world["embedder"], world["good"], "unchanged")
     result, checks, promoted = evaluate_and_promote(world, swapped)
     assert checks["eval_gate"].passed and promoted
-    assert store.get_alias("production") == swapped
+    assert store.aliases.get("production") == swapped
     assert checks["eval_gate"].metadata["pass_at_10_delta"].value == pytest.approx(0.0, abs=1e-9)
 
-    assert store.rollback_alias("production") == (world["good"], swapped)
-    assert store.get_alias("production") == world["good"]
+    assert store.aliases.rollback("production") == (world["good"], swapped)
+    assert store.aliases.get("production") == world["good"]
 
 
 def test_stale_tasks_are_reported_not_failed(world):
@@ -136,8 +137,8 @@ def test_stale_tasks_are_reported_not_failed(world):
     assert metadata["n_stale"].value == 1 and metadata["n_living"].value == len(SPANS)
     assert checks["gold_hygiene"].metadata["stale_ids"].value == "stale-1"
     assert not checks["gold_hygiene"].passed and checks["gold_hygiene"].severity == dg.AssetCheckSeverity.WARN
-    run = world["store"].latest_eval_run(metadata["candidate_version"].value, metadata["evaluator_id"].value)
-    rows = [t for t in world["store"].eval_tasks(run["run_id"]) if t["mode"] == "hybrid"]
+    run = world["store"].eval_runs.latest(metadata["candidate_version"].value, metadata["evaluator_id"].value)
+    rows = [t for t in world["store"].eval_runs.tasks(run["run_id"]) if t["mode"] == "hybrid"]
     assert {t["task_id"]: t["status"] for t in rows}["stale-1"] == "stale"
     living = [t["pass_at_10"] for t in rows if t["status"] == "living"]
     assert len(living) == len(SPANS)
@@ -147,7 +148,7 @@ def test_stale_tasks_are_reported_not_failed(world):
 
 def test_reviewed_exceptions_are_scoped_and_keep_the_raw_score(world, tmp_path):
     store = world["store"]
-    store.set_alias("production", world["good"], "test setup")
+    store.aliases.set("production", world["good"], "test setup")
     degraded = derive_version(store, world["embedder"], world["good"], "swap_headers")
     report = evaluate(store, world["embedder"], load_gold(world["gold"]), degraded)
     misses = [t.task_id for t in report.tasks if t.mode == "hybrid" and t.status == "living" and t.pass_at_5 < 1.0]
@@ -176,12 +177,12 @@ def test_reviewed_exceptions_are_scoped_and_keep_the_raw_score(world, tmp_path):
 
 def test_a_candidate_missing_a_production_document_is_blocked(world):
     store = world["store"]
-    store.set_alias("production", world["good"], "test setup")
-    dropped = min(d.doc_id for d in store.documents(world["good"]))
+    store.aliases.set("production", world["good"], "test setup")
+    dropped = min(d.doc_id for d in store.corpus.documents(world["good"]))
     partial = derive_version(store, world["embedder"], world["good"], "unchanged", name="partial", drop_docs=(dropped,))
     _, checks, promoted = evaluate_and_promote(world, partial)
-    live = len(store.documents(world["good"]))
-    assert not checks["eval_gate"].passed and promoted == [] and store.get_alias("production") == world["good"]
+    live = len(store.corpus.documents(world["good"]))
+    assert not checks["eval_gate"].passed and promoted == [] and store.aliases.get("production") == world["good"]
     reasons = checks["eval_gate"].metadata["reasons"].value
     assert f"covers {live - 1} of {live} live documents; 1 missing ({dropped})" in reasons, reasons
     event = world["instance"].get_latest_materialization_event(dg.AssetKey("retrieval_eval"))

@@ -84,7 +84,8 @@ def test_two_replicas_share_work_headers_stored_and_failover(llama_servers, tmp_
         ingest_partitions,
         register_sources,
     )
-    from contextual_assets.defs.definitions import build_definitions, build_resources
+    from contextual_assets.definitions import build_definitions
+    from contextual_assets.defs.resources import build_resources
 
     urls = ",".join(s.base_url for s in llama_servers)
     settings = settings_factory(header_source="auto", llm_base_urls=urls, llm_max_in_flight=1)
@@ -104,7 +105,7 @@ def test_two_replicas_share_work_headers_stored_and_failover(llama_servers, tmp_
     shares = metadata["replica_share"].value
     assert set(shares) == {s.base_url for s in llama_servers}, "both replicas received requests"
     version = metadata["index_version"].value
-    stored = store.chunks(version)
+    stored = store.corpus.chunks(version)
     assert len(stored) >= 4 and all(c.header and c.header_source == "openai" for c in stored)
 
     # Re-run: every header comes from the cache, no LLM call.
@@ -138,7 +139,8 @@ def test_ingest_with_openai_headers_through_dagster(llama_server, tmp_path, sett
         ingest_partitions,
         register_sources,
     )
-    from contextual_assets.defs.definitions import build_definitions, build_resources
+    from contextual_assets.definitions import build_definitions
+    from contextual_assets.defs.resources import build_resources
 
     doc = tmp_path / "memo.md"
     doc.write_text("# Travel memo\n\nStaff travelling to Lyon book rail, not flights, for trips under 500 km.\n")
@@ -154,5 +156,5 @@ def test_ingest_with_openai_headers_through_dagster(llama_server, tmp_path, sett
     assert metadata["header_source"].value == "openai"
     assert metadata["header_model"].value == "smollm2-135m-instruct"
     assert metadata["prompt_tokens"].value > 0 and metadata["requests"].value >= 1
-    (chunk,) = store.chunks(metadata["index_version"].value)
+    (chunk,) = store.corpus.chunks(metadata["index_version"].value)
     assert chunk.header_source == "openai" and chunk.header

@@ -13,7 +13,8 @@ from contextual_assets.app.ingest_runs import (
     ingest_partitions,
     register_sources,
 )
-from contextual_assets.defs.definitions import build_definitions, build_resources
+from contextual_assets.definitions import build_definitions
+from contextual_assets.defs.resources import build_resources
 
 # Only a guard against a hang when progress is not reported early (the test then fails): never a
 # threshold the passing case depends on.
@@ -38,7 +39,7 @@ def test_on_done_hears_of_a_commit_while_its_run_still_works(tmp_path, settings_
     heard = threading.Event()
     heard_in_time: list[bool] = []
     commits: list[str] = []
-    store_class = type(store)  # the class the run's store is too (same settings)
+    store_class = type(store.corpus)  # the class the run's store is too (same settings)
     replace_documents = store_class.replace_documents
 
     def gated(self, documents, *args, **kwargs):

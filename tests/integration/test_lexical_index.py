@@ -46,10 +46,10 @@ def test_store_bm25_equals_bm25s(store_factory):
                     show_progress=False)
     for query in ("penalty clause", "token bucket refill", "RateLimiter quota quota", "escrow notice period"):
         expected = reference.get_scores(tokenize(query))
-        ours = {(d, o): s for d, o, s in store.lexical_top(query, "iv-a", len(chunks))}
+        ours = {(d, o): s for d, o, s in store.search.lexical_top(query, "iv-a", len(chunks))}
         for chunk, score in zip(chunks, expected):
             assert ours.get((chunk.doc_id, chunk.ordinal), 0.0) == pytest.approx(float(score), rel=1e-4, abs=1e-5)
-        ranked = store.search_lexical(query, "iv-a", 5)
+        ranked = store.search.lexical(query, "iv-a", 5)
         assert [h.score for h in ranked] == sorted((h.score for h in ranked), reverse=True)
         assert ranked[0].score == pytest.approx(float(max(expected)), rel=1e-4)
 
@@ -60,25 +60,25 @@ def test_lexical_index_survives_a_restart_and_follows_a_reingested_document(stor
     put(store, "b.txt", ["harbour tariff schedule"], offset=2)
     store.close()
     reopened = store_factory()  # a new process would open it the same way: nothing rebuilt in memory
-    assert reopened.search_lexical("mooring florins", "iv-a", 1)[0].doc_id == "a.txt"
+    assert reopened.search.lexical("mooring florins", "iv-a", 1)[0].doc_id == "a.txt"
     put(reopened, "a.txt", ["the berth charge is paid in ducats"])
-    assert reopened.search_lexical("mooring florins", "iv-a", 3) == []
-    assert reopened.search_lexical("berth ducats", "iv-a", 1)[0].text == "the berth charge is paid in ducats"
-    reopened.purge_document("a.txt")
-    assert reopened.search_lexical("berth ducats", "iv-a", 3) == []
-    assert reopened.search_lexical("harbour tariff", "iv-a", 1)[0].doc_id == "b.txt"
+    assert reopened.search.lexical("mooring florins", "iv-a", 3) == []
+    assert reopened.search.lexical("berth ducats", "iv-a", 1)[0].text == "the berth charge is paid in ducats"
+    reopened.corpus.purge_document("a.txt")
+    assert reopened.search.lexical("berth ducats", "iv-a", 3) == []
+    assert reopened.search.lexical("harbour tariff", "iv-a", 1)[0].doc_id == "b.txt"
 
 
 def test_documents_stored_before_the_lexical_index_are_indexed_on_first_search(store_factory):
     store = store_factory()
-    store.register_index_version("iv-a", {"header_source": "structural"})
+    store.corpus.register_index_version("iv-a", {"header_source": "structural"})
     chunks = make_chunks("old.txt", ["legacy warranty breach notice", "cure period of thirty days"])
-    store.replace_document(record("old.txt", "iv-a", len(chunks)), chunks)
+    store.corpus.replace_document(record("old.txt", "iv-a", len(chunks)), chunks)
     # What a schema-4 store holds: chunks and documents, no postings, no token totals.
-    with store._transaction() as cur:
-        store._exec(cur, "DELETE FROM ctx_lexical_postings WHERE doc_id = ?", ("old.txt",))
-        store._exec(cur, "UPDATE ctx_documents SET lexical_tokens = NULL WHERE doc_id = ?", ("old.txt",))
-    assert store.search_lexical("cure period", "iv-a", 1)[0].ordinal == 1
-    assert store.ensure_lexical_index("iv-a") == 0  # already done, once
-    rows = store._query("SELECT count(*) FROM ctx_lexical_postings WHERE doc_id = ? AND term = ?", ("old.txt", "cure"))
+    with store.backend.transaction() as cur:
+        store.backend.exec(cur, "DELETE FROM ctx_lexical_postings WHERE doc_id = ?", ("old.txt",))
+        store.backend.exec(cur, "UPDATE ctx_documents SET lexical_tokens = NULL WHERE doc_id = ?", ("old.txt",))
+    assert store.search.lexical("cure period", "iv-a", 1)[0].ordinal == 1
+    assert store.search.ensure_lexical_index("iv-a") == 0  # already done, once
+    rows = store.backend.query("SELECT count(*) FROM ctx_lexical_postings WHERE doc_id = ? AND term = ?", ("old.txt", "cure"))
     assert rows[0][0] == 1

@@ -51,7 +51,7 @@ def test_documents_reach_the_header_stage_largest_first(tmp_path):
     for key, sections in sizes.items():
         path = tmp_path / f"{key}.md"
         write_note(path, sections)
-        store.register_source(SourceRecord(doc_id=key, path=str(path)))
+        store.corpus.register_source(SourceRecord(doc_id=key, path=str(path)))
     headers = RecordingHeaders()
     pipeline = DocumentPipeline(
         store=store, counter=token_counter(), chunk_tokens=200, max_bytes=10**7, max_pdf_pages=100,

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from bench.sim import FleetSimulator, ReplicaSpec
-from contextual_assets.defs.resources import build_resources, current_index_version
+from contextual_assets.defs.resources import build_resources
+from contextual_assets.index_version import current_index_version
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY, ModelDiscovery
@@ -108,7 +109,7 @@ def test_header_cache_misses_when_the_name_serves_other_weights(sim, tmp_path):
         """Headers for 5 chunks from a fresh pool (fresh discovery); the simulator's completions it cost."""
         completed = sum(s["completed"] for s in sim.stats())
         with contextlib.closing(make_fleet(sim)) as fleet:
-            source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), store=store)
+            source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), store=store.header_cache if store is not None else None)
             assert len(source.generate(chunk_requests(5))) == 5
         return source, sum(s["completed"] for s in sim.stats()) - completed
 

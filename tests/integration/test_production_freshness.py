@@ -91,7 +91,7 @@ def test_production_that_cannot_be_built_shows_its_lag(tmp_path, env):
         assert status["production_lag"]["outdated"] == 0
 
         from contextual_assets.app.ingest_runs import ensure_dagster_home
-        from contextual_assets.defs.definitions import build_definitions
+        from contextual_assets.definitions import build_definitions
         from contextual_assets.settings import PlatformSettings
 
         os.environ.update({k: v for k, v in fleet_env.items() if k.startswith(("CTX_", "DAGSTER_HOME"))})

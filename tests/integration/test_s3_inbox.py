@@ -88,7 +88,7 @@ def test_objects_are_added_changed_and_removed_by_their_etag(tmp_path, settings_
     first = harness.tick()
     assert harness.partitions() == {"a.md", "team/b.txt"}
     assert sorted(harness.requested(first)) == ["a.md", "team/b.txt"]
-    source = store.get_source("a.md")
+    source = store.corpus.get_source("a.md")
     assert source.path == f"s3://{BUCKET}/docs/a.md" and source.file_hash == f"etag:{a}"
     assert s3.downloads("docs/a.md") == [], "listed by ETag, never downloaded to hash"
 
@@ -100,12 +100,12 @@ def test_objects_are_added_changed_and_removed_by_their_etag(tmp_path, settings_
     modified = harness.tick()
     assert harness.requested(modified) == ["a.md"]
     assert modified.run_requests[0].run_key not in {r.run_key for r in first.run_requests}
-    assert store.get_source("a.md").file_hash == f"etag:{changed}"
+    assert store.corpus.get_source("a.md").file_hash == f"etag:{changed}"
 
     s3.client.delete_object(Bucket=BUCKET, Key="docs/team/b.txt")
     removed = harness.tick()
     assert removed.run_requests == [] and harness.partitions() == {"a.md"}
-    assert store.get_source("team/b.txt") is None
+    assert store.corpus.get_source("team/b.txt") is None
     assert s3.downloads("docs/a.md") == []
 
 
@@ -144,7 +144,7 @@ def test_oversize_wrong_type_and_half_written_objects(tmp_path, settings_factory
     clock.advance(1.5)
     settled = harness.tick()
     assert harness.requested(settled) == ["partial.md"]
-    assert harness.store_resource.open().get_source("partial.md").file_hash == f"etag:{s3.etag('docs/partial.md')}"
+    assert harness.store_resource.open().corpus.get_source("partial.md").file_hash == f"etag:{s3.etag('docs/partial.md')}"
 
 
 def test_an_s3_document_is_ingested_end_to_end(tmp_path, settings_factory, s3):
@@ -154,11 +154,11 @@ def test_an_s3_document_is_ingested_end_to_end(tmp_path, settings_factory, s3):
     [run] = harness.launch(harness.tick())
     assert run.success
     store = harness.store_resource.open()
-    [document] = store.documents()
+    [document] = store.corpus.documents()
     assert document.doc_id == "contract.md" and document.source_path == f"s3://{BUCKET}/docs/contract.md"
-    assert document.file_hash == f"etag:{etag}" == store.get_source("contract.md").file_hash
-    assert store.count_chunks(doc_id="contract.md") > 0
-    hits = store.search_lexical("quokkafine", document.index_version, 3)
+    assert document.file_hash == f"etag:{etag}" == store.corpus.get_source("contract.md").file_hash
+    assert store.corpus.count_chunks(doc_id="contract.md") > 0
+    hits = store.search.lexical("quokkafine", document.index_version, 3)
     assert hits and hits[0].doc_id == "contract.md"
     assert len(s3.downloads("docs/contract.md")) == 1, "read once, by the run"
 
@@ -172,7 +172,7 @@ def test_an_s3_document_is_ingested_end_to_end(tmp_path, settings_factory, s3):
     failure = next(e for e in rerun.all_events if e.event_type_value == "STEP_FAILURE")
     assert "over the limit of 1.0 MB (CTX_MAX_FILE_MB)" in failure.step_failure_data.user_failure_data.description
     assert len(s3.downloads("docs/contract.md")) == 1
-    assert store.count_chunks(doc_id="contract.md") > 0, "the stored revision stays"
+    assert store.corpus.count_chunks(doc_id="contract.md") > 0, "the stored revision stays"
 
 
 def test_a_missing_bucket_or_an_unreachable_store_changes_nothing(tmp_path, settings_factory, s3, monkeypatch):
@@ -189,7 +189,7 @@ def test_a_missing_bucket_or_an_unreachable_store_changes_nothing(tmp_path, sett
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
     down = harness.tick()
     assert "cannot be listed" in down.skip_message and "Could not connect" in down.skip_message
-    assert harness.partitions() == {"a.md"} and harness.store_resource.open().get_source("a.md") is not None
+    assert harness.partitions() == {"a.md"} and harness.store_resource.open().corpus.get_source("a.md") is not None
     assert harness.cursor == cursor, "the cursor stays as it was"
 
     # A run that cannot reach the store fails with a retryable error: the step is retried.

@@ -46,7 +46,7 @@ def embedders() -> EmbedderCatalog:
 def fill(store, embedders: EmbedderCatalog, version: str, header_prefix: str) -> None:
     """One index version of DOCS, built with the real embedder (its identity in the fingerprint)."""
     embedder = embedders.get()
-    store.register_index_version(version, {"embedder": embedder.identity, "header_source": "structural"})
+    store.corpus.register_index_version(version, {"embedder": embedder.identity, "header_source": "structural"})
     for doc_id, sections in DOCS.items():
         texts = [text for _, text in sections]
         headers = [f"{header_prefix} {doc_id}, section {section}." for section, _ in sections]
@@ -56,7 +56,7 @@ def fill(store, embedders: EmbedderCatalog, version: str, header_prefix: str) ->
                                 content_hash=content_hash(text), header=header, header_source="structural",
                                 header_model="structural-v1", embedding=vector)
                   for i, ((section, text), header, vector) in enumerate(zip(sections, headers, vectors))]
-        store.replace_document(DocumentRecord(doc_id=doc_id, index_version=version, source_path=f"/in/{doc_id}",
+        store.corpus.replace_document(DocumentRecord(doc_id=doc_id, index_version=version, source_path=f"/in/{doc_id}",
                                               kind="text", title=doc_id, file_hash="ab" * 32, n_chunks=len(chunks),
                                               updated_at=""), chunks)
 
@@ -74,7 +74,7 @@ def filled(store_location, embedders):
     store = open_store(url, path)
     fill(store, embedders, "iv-one", "From")
     fill(store, embedders, "iv-two", "Excerpt of")
-    store.set_alias("production", "iv-one", reason="test")
+    store.aliases.set("production", "iv-one", reason="test")
     yield store
     store.close()
 
@@ -122,9 +122,9 @@ def test_service_searches_production_and_follows_the_alias_live(filled, store_lo
 
         # Another process promotes iv-two (here: another handle on the same store): served without a restart.
         other = open_store(url, path)
-        other.set_alias("production", "iv-two", reason="promoted")
+        other.aliases.set("production", "iv-two", reason="promoted")
         assert _served_version(base) == "iv-two"
-        other.rollback_alias("production", reason="rollback")
+        other.aliases.rollback("production", reason="rollback")
         assert _served_version(base) == "iv-one"
         other.close()
 
@@ -212,7 +212,7 @@ def test_rerank_through_the_simulators_rerank_endpoint(filled, store_location, e
 def test_ctx_search_uses_a_running_ctx_serve_without_torch_or_dagster(tmp_path, env, embedders):
     store = open_store(None, tmp_path / ".ctx" / "index.duckdb")
     fill(store, embedders, "iv-one", "From")
-    store.set_alias("production", "iv-one", reason="test")
+    store.aliases.set("production", "iv-one", reason="test")
     store.close()
     port = free_port()
     serve_env = {**env, "CTX_SERVE_PORT": str(port), "CTX_SEARCH_TOKEN": "tok-123"}

@@ -30,8 +30,9 @@ from contextual_assets.app.ingest_runs import (
     ingest_partitions,
     register_sources,
 )
-from contextual_assets.defs.definitions import build_definitions, build_resources
-from contextual_assets.defs.resources import clear_store_cache
+from contextual_assets.definitions import build_definitions
+from contextual_assets.defs.resources import build_resources
+from contextual_assets.store.shared import clear_store_cache
 from contextual_assets.errors import DocumentError
 from contextual_assets.ingest.document_keys import key_for_path, partition_key_for
 from tests.support import REPO_ROOT, free_port
@@ -81,36 +82,36 @@ def test_sql_is_parameterized_for_hostile_names_titles_sections_and_queries(
         store, outcomes, refused = _ingest(settings, instance, docs)
     assert not refused and len(outcomes) == len(HOSTILE_FILES)
     assert all(o.success for o in outcomes.values()), outcomes
-    version = store.index_versions()[0]["index_version"]
+    version = store.corpus.index_versions()[0]["index_version"]
 
     # Every value went in verbatim and every table is still there.
     for name in HOSTILE_FILES:
-        key = next(k for k in outcomes if Path(store.get_source(k).path).name == name)
-        assert store.get_source(key).path == str((docs / name).resolve())
-        assert store.count_chunks(version, key) >= 1
+        key = next(k for k in outcomes if Path(store.corpus.get_source(k).path).name == name)
+        assert store.corpus.get_source(key).path == str((docs / name).resolve())
+        assert store.corpus.count_chunks(version, key) >= 1
     hostile_key = next(k for k in outcomes if "DROP_TABLE_ctx_sources" in k)
-    chunks = store.chunks(version, hostile_key)
+    chunks = store.corpus.chunks(version, hostile_key)
     assert chunks[0].title == HOSTILE
     assert any(c.section_path == [HOSTILE, 'Section "quoted"; DELETE FROM ctx_documents; --'] for c in chunks)
-    total = store.count_chunks(version)
+    total = store.corpus.count_chunks(version)
     assert total >= len(HOSTILE_FILES)
 
     for query in [HOSTILE, "'; DELETE FROM ctx_chunks WHERE '1'='1", "%s %(x)s ? $1 \\ \x7f", "\" OR 1=1 --"]:
-        store.search_lexical(query, version, 5)
+        store.search.lexical(query, version, 5)
         vector = build_resources(settings)["embedder"].get().embed([query])[0]
-        store.search_dense(vector, version, 5)
-        store.search_hybrid(query, vector, version, 5)
-        assert store.count_chunks(version, query) == 0
-        assert store.get_source(query) is None
-        assert store.purge_document(query) == 0
-    assert store.count_chunks(version) == total, "no hostile string was executed as SQL"
-    hits = store.search_lexical("mooring fee florins", version, 3)
+        store.search.dense(vector, version, 5)
+        store.search.hybrid(query, vector, version, 5)
+        assert store.corpus.count_chunks(version, query) == 0
+        assert store.corpus.get_source(query) is None
+        assert store.corpus.purge_document(query) == 0
+    assert store.corpus.count_chunks(version) == total, "no hostile string was executed as SQL"
+    hits = store.search.lexical("mooring fee florins", version, 3)
     assert hits[0].doc_id == hostile_key
 
     # A hostile key is purged exactly, and only it.
-    assert store.purge_document(hostile_key) == len(chunks)
-    assert store.count_chunks(version) == total - len(chunks)
-    assert store.get_source(hostile_key) is None
+    assert store.corpus.purge_document(hostile_key) == len(chunks)
+    assert store.corpus.count_chunks(version) == total - len(chunks)
+    assert store.corpus.get_source(hostile_key) is None
 
 
 # --------------------------------------------------------------------------------------------
@@ -419,13 +420,13 @@ def test_document_instructions_stay_data_and_headers_are_validated(tmp_path, set
                 assert section, outside
                 rest = outside.replace(section.group(0), "")
                 assert "PWNED" not in rest and "reply only with" not in rest, rest
-            version = store.index_versions()[0]["index_version"]
-            assert all(c.header and "<" not in c.header for c in store.chunks(version, "docs/rules.md"))
+            version = store.corpus.index_versions()[0]["index_version"]
+            assert all(c.header and "<" not in c.header for c in store.corpus.chunks(version, "docs/rules.md"))
 
             # A model that obeys the document (echoes it back, or copies the passage) never gets its
             # answer stored: the header is validated, the document fails with the reason, and the
             # chunks committed before stay.
-            committed = store.chunks(version, "docs/rules.md")
+            committed = store.corpus.chunks(version, "docs/rules.md")
             (docs / "rules.md").write_text(INJECTED_DOC + "\nPilots board two miles out.\n")  # no cached header
             for mode, reason in [("echo", "markup (an echoed prompt)"), ("copy", "")]:
                 sim.set_faults(0, malformed=mode, malformed_rate=1.0)
@@ -433,4 +434,4 @@ def test_document_instructions_stay_data_and_headers_are_validated(tmp_path, set
                 outcome = again["docs/rules.md"]
                 assert not outcome.success, mode
                 assert "no valid header" in outcome.error and reason in outcome.error, outcome.error
-                assert store.chunks(version, "docs/rules.md") == committed
+                assert store.corpus.chunks(version, "docs/rules.md") == committed

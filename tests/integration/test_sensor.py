@@ -10,8 +10,10 @@ import time
 
 import dagster as dg
 
-from contextual_assets.defs.definitions import build_definitions, build_resources
-from contextual_assets.defs.inbox_sensor import InboxOptions, build_new_documents_sensor
+from contextual_assets.definitions import build_definitions
+
+from contextual_assets.defs.resources import build_resources
+from contextual_assets.defs.ingest.sensor import InboxOptions, build_new_documents_sensor
 from contextual_assets.embedding import embed_chunks
 from contextual_assets.ingest.parse import parse_document
 from contextual_assets.models import DocumentRecord
@@ -138,7 +140,7 @@ def test_add_modify_delete(tmp_path, settings_factory):
 
     # Materialize something for the document, then delete the file: partition and rows go.
     store = harness.store_resource.open()
-    source = store.get_source(report_key)
+    source = store.corpus.get_source(report_key)
     assert source is not None and source.path == str(doc.absolute())
     parsed = parse_document(report_key, doc, token_counter(), chunk_tokens=200, max_bytes=10**6, max_pdf_pages=10)
     from contextual_assets.models import HeaderedChunk
@@ -150,15 +152,15 @@ def test_add_modify_delete(tmp_path, settings_factory):
             return [[1.0, 0.0] for _ in texts]
 
     chunks = embed_chunks([HeaderedChunk(**c.model_dump()) for c in parsed.chunks], _Embedder())
-    store.register_index_version("iv-x", {})
-    store.replace_document(DocumentRecord(doc_id=report_key, index_version="iv-x", source_path=str(doc), kind="md",
+    store.corpus.register_index_version("iv-x", {})
+    store.corpus.replace_document(DocumentRecord(doc_id=report_key, index_version="iv-x", source_path=str(doc), kind="md",
                                           title="Q3", file_hash="h", n_chunks=len(chunks), updated_at=""), chunks)
-    assert store.count_chunks(doc_id=report_key) == len(chunks) > 0
+    assert store.corpus.count_chunks(doc_id=report_key) == len(chunks) > 0
     doc.unlink()
     removed = harness.tick()
     assert removed.run_requests == []
     assert harness.partitions() == {"notes.txt"}
-    assert store.count_chunks(doc_id=report_key) == 0 and store.get_source(report_key) is None
+    assert store.corpus.count_chunks(doc_id=report_key) == 0 and store.corpus.get_source(report_key) is None
 
 
 def inbox_with(tmp_path, *names: str):
@@ -224,7 +226,7 @@ def age(path, seconds: float) -> None:
 
 
 def entry(harness, path):
-    return harness.store_resource.open().inbox_entries(harness.settings.inbox).get(str(path.absolute()))
+    return harness.store_resource.open().inbox_state.entries(harness.settings.inbox).get(str(path.absolute()))
 
 
 def test_files_ctx_ingest_would_skip_are_refused_once_and_never_partitions(tmp_path, settings_factory):
@@ -284,7 +286,7 @@ def test_a_file_being_written_is_taken_only_once_it_settles(tmp_path, settings_f
     clock.advance(2.5)  # unchanged for longer than the delay
     data = harness.tick()
     assert harness.requested(data) == ["growing.md"]
-    source = harness.store_resource.open().get_source("growing.md")
+    source = harness.store_resource.open().corpus.get_source("growing.md")
     from contextual_assets.ingest.inbox import file_sha256
 
     assert source.file_hash == file_sha256(growing), "the whole file was taken, not the first half"
@@ -417,7 +419,7 @@ def test_state_lives_in_the_store_and_the_cursor_stays_small(tmp_path, settings_
     cursor = harness.cursor
     assert len(cursor) < 120 and "note" not in cursor, "the cursor holds no per-file state"
     store = harness.store_resource.open()
-    rows = store.inbox_entries(harness.settings.inbox)
+    rows = store.inbox_state.entries(harness.settings.inbox)
     assert len(rows) == 300 and all(r.status == "requested" and r.revision for r in rows.values())
 
     # An unchanged inbox: nothing to hash, nothing to write, nothing to request.
@@ -475,16 +477,16 @@ def test_the_state_is_kept_in_postgres_too(tmp_path, settings_factory, pg_url):
     assert store.dialect == "postgres"
 
     assert sorted(harness.requested(harness.tick())) == ["a.md", "b.txt"]
-    rows = store.inbox_entries(harness.settings.inbox)
+    rows = store.inbox_state.entries(harness.settings.inbox)
     assert {r.status for r in rows.values()} == {"requested", "refused"} and len(rows) == 3
-    assert harness.tick().run_requests == [] and store.inbox_entries(harness.settings.inbox) == rows
+    assert harness.tick().run_requests == [] and store.inbox_state.entries(harness.settings.inbox) == rows
     (inbox / "b.txt").write_text("second, changed\n")
     assert harness.requested(harness.tick()) == ["b.txt"]
     (inbox / "a.md").unlink()
     harness.tick()
-    assert harness.partitions() == {"b.txt"} and store.get_source("a.md") is None
+    assert harness.partitions() == {"b.txt"} and store.corpus.get_source("a.md") is None
     harness.tick()
-    assert str(inbox / "a.md") not in store.inbox_entries(harness.settings.inbox), "forgotten once its partition is gone"
+    assert str(inbox / "a.md") not in store.inbox_state.entries(harness.settings.inbox), "forgotten once its partition is gone"
 
 
 def test_a_reset_cursor_requests_again_under_the_first_run_keys(tmp_path, settings_factory):
@@ -510,8 +512,8 @@ def test_a_retry_of_the_step_skips_documents_its_failed_attempt_committed(tmp_pa
     version the run builds from the registered revision (a changed file counts as not stored)."""
     import dataclasses
 
-    from contextual_assets.defs.build_targets import current_target
-    from contextual_assets.defs.ingest_assets import uncommitted
+    from contextual_assets.lifecycle.build_targets import current_target
+    from contextual_assets.defs.ingest.assets import uncommitted
 
     inbox = inbox_with(tmp_path, "a.md", "b.md", "c.md")
     harness = Harness(settings_factory(), tmp_path / "dagster_home")

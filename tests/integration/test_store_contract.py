@@ -54,9 +54,9 @@ def record(doc_id: str, version: str, n: int) -> DocumentRecord:
 
 
 def put(store, doc_id, texts, version="iv-a", offset=0):
-    store.register_index_version(version, {"header_source": "structural"})
+    store.corpus.register_index_version(version, {"header_source": "structural"})
     chunks = make_chunks(doc_id, texts, offset)
-    store.replace_document(record(doc_id, version, len(chunks)), chunks)
+    store.corpus.replace_document(record(doc_id, version, len(chunks)), chunks)
     return chunks
 
 
@@ -69,82 +69,82 @@ def test_migrations_are_versioned_and_idempotent(store):
 def test_replace_document_swaps_all_chunks(store):
     put(store, "a.txt", ["alpha one", "alpha two", "alpha three"])
     put(store, "b.txt", ["beta one"], offset=3)
-    assert store.count_chunks("iv-a") == 4
+    assert store.corpus.count_chunks("iv-a") == 4
     put(store, "a.txt", ["alpha new"])
-    assert store.count_chunks("iv-a", "a.txt") == 1
-    assert [c.text for c in store.chunks("iv-a", "a.txt")] == ["alpha new"]
-    assert store.count_chunks("iv-a", "b.txt") == 1
-    docs = {d.doc_id: d for d in store.documents("iv-a")}
+    assert store.corpus.count_chunks("iv-a", "a.txt") == 1
+    assert [c.text for c in store.corpus.chunks("iv-a", "a.txt")] == ["alpha new"]
+    assert store.corpus.count_chunks("iv-a", "b.txt") == 1
+    docs = {d.doc_id: d for d in store.corpus.documents("iv-a")}
     assert docs["a.txt"].n_chunks == 1
 
 
 def test_failed_replace_leaves_previous_version(store, monkeypatch):
     put(store, "a.txt", ["old one", "old two"])
-    original = type(store)._insert_chunks
+    original = type(store.backend).insert_chunks
 
     def crash_midway(self, cursor, chunks, index_version):
         original(self, cursor, chunks[:1], index_version)  # half the rows written, then the crash
         raise RuntimeError("simulated crash during commit")
 
-    monkeypatch.setattr(type(store), "_insert_chunks", crash_midway)
+    monkeypatch.setattr(type(store.backend), "insert_chunks", crash_midway)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        store.replace_document(record("a.txt", "iv-a", 3), make_chunks("a.txt", ["new 1", "new 2", "new 3"]))
-    monkeypatch.setattr(type(store), "_insert_chunks", original)
-    assert [c.text for c in store.chunks("iv-a", "a.txt")] == ["old one", "old two"]
-    assert store.documents("iv-a")[0].n_chunks == 2
+        store.corpus.replace_document(record("a.txt", "iv-a", 3), make_chunks("a.txt", ["new 1", "new 2", "new 3"]))
+    monkeypatch.setattr(type(store.backend), "insert_chunks", original)
+    assert [c.text for c in store.corpus.chunks("iv-a", "a.txt")] == ["old one", "old two"]
+    assert store.corpus.documents("iv-a")[0].n_chunks == 2
 
 
 def test_index_versions_are_isolated(store):
     put(store, "a.txt", ["shared text"], version="iv-a")
     put(store, "a.txt", ["shared text", "more"], version="iv-b")
-    assert store.count_chunks("iv-a") == 1 and store.count_chunks("iv-b") == 2
-    versions = {v["index_version"]: v for v in store.index_versions()}
+    assert store.corpus.count_chunks("iv-a") == 1 and store.corpus.count_chunks("iv-b") == 2
+    versions = {v["index_version"]: v for v in store.corpus.index_versions()}
     assert versions["iv-b"]["chunks"] == 2 and versions["iv-a"]["documents"] == 1
-    hits = store.search_lexical("more", "iv-a", 5)
+    hits = store.search.lexical("more", "iv-a", 5)
     assert hits == []
 
 
 def test_purge_removes_every_version_and_source(store):
-    store.register_source(SourceRecord(doc_id="a.txt", path="/in/a.txt", file_hash="x"))
+    store.corpus.register_source(SourceRecord(doc_id="a.txt", path="/in/a.txt", file_hash="x"))
     put(store, "a.txt", ["one"], version="iv-a")
     put(store, "a.txt", ["one"], version="iv-b")
-    assert store.purge_document("a.txt") == 2
-    assert store.count_chunks() == 0 and store.get_source("a.txt") is None
+    assert store.corpus.purge_document("a.txt") == 2
+    assert store.corpus.count_chunks() == 0 and store.corpus.get_source("a.txt") is None
 
 
 def test_sources_registry(store):
-    store.register_source(SourceRecord(doc_id="d/x.pdf", path="/in/d/x.pdf", file_hash="1"))
-    store.register_source(SourceRecord(doc_id="d/x.pdf", path="/in/d/x.pdf", file_hash="2"))
-    assert store.get_source("d/x.pdf").file_hash == "2"
-    assert [s.doc_id for s in store.list_sources()] == ["d/x.pdf"]
+    store.corpus.register_source(SourceRecord(doc_id="d/x.pdf", path="/in/d/x.pdf", file_hash="1"))
+    store.corpus.register_source(SourceRecord(doc_id="d/x.pdf", path="/in/d/x.pdf", file_hash="2"))
+    assert store.corpus.get_source("d/x.pdf").file_hash == "2"
+    assert [s.doc_id for s in store.corpus.list_sources()] == ["d/x.pdf"]
 
 
 def test_register_sources_in_bulk(store):
-    store.register_source(SourceRecord(doc_id="k0", path="/in/old", file_hash="old"))
+    store.corpus.register_source(SourceRecord(doc_id="k0", path="/in/old", file_hash="old"))
     records = [SourceRecord(doc_id=f"k{i}", path=f"/in/k{i}", file_hash=f"{i}") for i in range(1200)]
     # More than one batch of 500; a repeated doc_id keeps its last record; an existing one is replaced.
-    store.register_sources(records + [SourceRecord(doc_id="k7", path="/in/k7-new", file_hash="new")])
-    sources = {s.doc_id: s for s in store.list_sources()}
+    store.corpus.register_sources(records + [SourceRecord(doc_id="k7", path="/in/k7-new", file_hash="new")])
+    sources = {s.doc_id: s for s in store.corpus.list_sources()}
     assert len(sources) == 1200
     assert (sources["k0"].path, sources["k0"].file_hash) == ("/in/k0", "0")
     assert (sources["k7"].path, sources["k7"].file_hash) == ("/in/k7-new", "new")
     assert sources["k1199"].file_hash == "1199"
-    store.register_sources([])
-    assert len(store.list_sources()) == 1200
+    store.corpus.register_sources([])
+    assert len(store.corpus.list_sources()) == 1200
 
 
 def test_dense_lexical_hybrid_search(store):
     put(store, "a.txt", ["the penalty for late delivery is five percent", "office hours are nine to five",
                          "TokenBucket refills at a fixed rate"])
     put(store, "b.txt", ["unrelated text about gardening", "compost needs nitrogen"], offset=3)
-    dense = store.search_dense(unit(2), "iv-a", 3)
+    dense = store.search.dense(unit(2), "iv-a", 3)
     assert dense[0].text == "TokenBucket refills at a fixed rate"
     assert dense[0].score == pytest.approx(1.0, abs=1e-4)
     assert [h.score for h in dense] == sorted([h.score for h in dense], reverse=True)
-    lexical = store.search_lexical("token bucket", "iv-a", 3)
+    lexical = store.search.lexical("token bucket", "iv-a", 3)
     assert lexical[0].text.startswith("TokenBucket"), "identifiers are split for lexical search"
-    assert store.search_lexical("penalty late", "iv-a", 1)[0].doc_id == "a.txt"
-    hybrid = store.search_hybrid("compost nitrogen", unit(4), "iv-a", 3)
+    assert store.search.lexical("penalty late", "iv-a", 1)[0].doc_id == "a.txt"
+    hybrid = store.search.hybrid("compost nitrogen", unit(4), "iv-a", 3)
     assert hybrid[0].text == "compost needs nitrogen"
     hit = hybrid[0]
     assert hit.section_path == ["Part", "S1"] and hit.page_start == 2 and hit.header == "header 1"
@@ -152,20 +152,20 @@ def test_dense_lexical_hybrid_search(store):
 
 def test_search_sees_updates(store):
     put(store, "a.txt", ["first text about apples"])
-    assert store.search_lexical("apples", "iv-a", 1)
+    assert store.search.lexical("apples", "iv-a", 1)
     put(store, "a.txt", ["now about pears"])
-    assert store.search_lexical("apples", "iv-a", 1) == []
-    assert store.search_lexical("pears", "iv-a", 1)[0].text == "now about pears"
+    assert store.search.lexical("apples", "iv-a", 1) == []
+    assert store.search.lexical("pears", "iv-a", 1)[0].text == "now about pears"
 
 
 def test_hostile_identifiers_are_data(store):
     hostile = "x'; DROP TABLE ctx_chunks; --\u00e9\u062d \"q\".pdf"
-    store.register_source(SourceRecord(doc_id=hostile, path=f"/in/{hostile}", file_hash="h"))
+    store.corpus.register_source(SourceRecord(doc_id=hostile, path=f"/in/{hostile}", file_hash="h"))
     put(store, hostile, ["robert'); DROP TABLE students;-- text"])
-    assert store.get_source(hostile).path == f"/in/{hostile}"
-    assert store.count_chunks("iv-a", hostile) == 1
-    assert store.search_lexical("students", "iv-a", 1)[0].doc_id == hostile
-    assert store.purge_document(hostile) == 1
+    assert store.corpus.get_source(hostile).path == f"/in/{hostile}"
+    assert store.corpus.count_chunks("iv-a", hostile) == 1
+    assert store.search.lexical("students", "iv-a", 1)[0].doc_id == hostile
+    assert store.corpus.purge_document(hostile) == 1
 
 
 def test_dimension_mismatch_is_a_clear_error(store):
@@ -173,21 +173,21 @@ def test_dimension_mismatch_is_a_clear_error(store):
 
     put(store, "a.txt", ["some text"])
     with pytest.raises(StoreError, match="dimension"):
-        store.search_dense([1.0, 0.0], "iv-a", 1)
+        store.search.dense([1.0, 0.0], "iv-a", 1)
 
 
 def test_aliases_promote_with_history_and_roll_back(store):
     from contextual_assets.errors import StoreError
 
-    assert store.get_alias("production") is None
-    assert store.set_alias("production", "iv-a", "first") is None
-    assert store.set_alias("production", "iv-b", "better") == "iv-a"
-    assert store.get_alias("production") == "iv-b"
-    assert store.rollback_alias("production") == ("iv-a", "iv-b")
-    assert store.get_alias("production") == "iv-a"
-    assert [h["action"] for h in store.alias_history("production")] == ["promote", "promote", "rollback"]
+    assert store.aliases.get("production") is None
+    assert store.aliases.set("production", "iv-a", "first") is None
+    assert store.aliases.set("production", "iv-b", "better") == "iv-a"
+    assert store.aliases.get("production") == "iv-b"
+    assert store.aliases.rollback("production") == ("iv-a", "iv-b")
+    assert store.aliases.get("production") == "iv-a"
+    assert [h["action"] for h in store.aliases.history("production")] == ["promote", "promote", "rollback"]
     with pytest.raises(StoreError, match="no previous version"):
-        store.rollback_alias("staging")
+        store.aliases.rollback("staging")
 
 
 def test_eval_runs_round_trip(store):
@@ -195,37 +195,37 @@ def test_eval_runs_round_trip(store):
            "gold_sha256": "g", "metrics": {"hybrid": {"mrr": 0.5}}}
     task = {"task_id": "t1", "mode": "hybrid", "status": "living", "first_rank": 2, "pass_at_5": 1.0,
             "pass_at_10": 1.0, "pass_at_20": 1.0, "reciprocal_rank": 0.5, "ndcg_at_10": 0.63}
-    store.save_eval_run(run, [task])
-    store.set_eval_gate("r1", {"passed": True})
-    latest = store.latest_eval_run("iv-a", "ev1")
+    store.eval_runs.save(run, [task])
+    store.eval_runs.set_gate("r1", {"passed": True})
+    latest = store.eval_runs.latest("iv-a", "ev1")
     assert latest["metrics"] == {"hybrid": {"mrr": 0.5}} and latest["gate"] == {"passed": True}
-    assert store.latest_eval_run("iv-a", "other") is None
-    assert store.eval_tasks("r1") == [task]
-    assert store.eval_run("r1")["gate"] == {"passed": True} and store.eval_run("missing") is None
+    assert store.eval_runs.latest("iv-a", "other") is None
+    assert store.eval_runs.tasks("r1") == [task]
+    assert store.eval_runs.get("r1")["gate"] == {"passed": True} and store.eval_runs.get("missing") is None
 
 
 def test_index_version_recipe_and_coverage(store, tmp_path):
-    from contextual_assets.coverage import coverage_of, live_documents, production_lag
+    from contextual_assets.lifecycle.coverage import coverage_of, live_documents, production_lag
 
     recipe = {"headers": {"source": "structural"}, "chunk_tokens": 60}
-    store.register_index_version("iv-a", {"header_source": "structural"}, recipe)
-    store.register_index_version("iv-a", {"header_source": "structural"})  # a later run without one keeps it
-    assert store.index_version("iv-a")["recipe"] == recipe and store.index_version("iv-zz") is None
-    assert {v["index_version"]: v["recipe"] for v in store.index_versions()} == {"iv-a": recipe}
+    store.corpus.register_index_version("iv-a", {"header_source": "structural"}, recipe)
+    store.corpus.register_index_version("iv-a", {"header_source": "structural"})  # a later run without one keeps it
+    assert store.corpus.index_version("iv-a")["recipe"] == recipe and store.corpus.index_version("iv-zz") is None
+    assert {v["index_version"]: v["recipe"] for v in store.corpus.index_versions()} == {"iv-a": recipe}
 
     for doc in ("a.txt", "b.txt", "c.txt", "gone.txt"):
         (tmp_path / doc).write_text(doc)
-        store.register_source(SourceRecord(doc_id=doc, path=str(tmp_path / doc), file_hash="ab" * 32))
+        store.corpus.register_source(SourceRecord(doc_id=doc, path=str(tmp_path / doc), file_hash="ab" * 32))
     (tmp_path / "gone.txt").unlink()  # a registered file that no longer exists is not live
     put(store, "a.txt", ["alpha"], version="iv-a")
     put(store, "b.txt", ["beta"], version="iv-a")
-    store.register_source(SourceRecord(doc_id="b.txt", path=str(tmp_path / "b.txt"), file_hash="cd" * 32))  # edited
+    store.corpus.register_source(SourceRecord(doc_id="b.txt", path=str(tmp_path / "b.txt"), file_hash="cd" * 32))  # edited
     coverage = coverage_of(store, "iv-a", live_documents(store))
     assert (coverage.live, coverage.covered, coverage.missing, coverage.outdated) == (3, 1, ["c.txt"], ["b.txt"])
     assert coverage.summary() == ("candidate iv-a covers 1 of 3 live documents; 1 missing (c.txt); "
                                   "1 at an older revision (b.txt)")
     assert production_lag(store) is None
-    store.set_alias("production", "iv-a", "test")
+    store.aliases.set("production", "iv-a", "test")
     assert production_lag(store).missing == ["c.txt"]
 
 
@@ -234,24 +234,24 @@ def test_commit_requires_the_current_source_when_asked(store):
 
     chunks = make_chunks("a.txt", ["new text"])
     with pytest.raises(StaleDocumentError, match="removed while this run worked"):
-        store.replace_document(record("a.txt", "iv-a", 1), chunks, require_current_source=True)
-    store.register_source(SourceRecord(doc_id="a.txt", path="/in/a.txt", file_hash="cd" * 32))
+        store.corpus.replace_document(record("a.txt", "iv-a", 1), chunks, require_current_source=True)
+    store.corpus.register_source(SourceRecord(doc_id="a.txt", path="/in/a.txt", file_hash="cd" * 32))
     with pytest.raises(StaleDocumentError, match="changed while this run worked"):
-        store.replace_document(record("a.txt", "iv-a", 1), chunks, require_current_source=True)
-    store.register_source(SourceRecord(doc_id="a.txt", path="/in/a.txt", file_hash="ab" * 32))
-    store.register_index_version("iv-a", {})
-    store.register_index_version("iv-a", {})  # idempotent under races
-    store.replace_document(record("a.txt", "iv-a", 1), chunks, require_current_source=True)
-    assert store.count_chunks("iv-a") == 1
+        store.corpus.replace_document(record("a.txt", "iv-a", 1), chunks, require_current_source=True)
+    store.corpus.register_source(SourceRecord(doc_id="a.txt", path="/in/a.txt", file_hash="ab" * 32))
+    store.corpus.register_index_version("iv-a", {})
+    store.corpus.register_index_version("iv-a", {})  # idempotent under races
+    store.corpus.replace_document(record("a.txt", "iv-a", 1), chunks, require_current_source=True)
+    assert store.corpus.count_chunks("iv-a") == 1
 
 
 def test_alias_compare_and_set(store):
     from contextual_assets.errors import StoreError
 
-    store.set_alias("production", "iv-a")
+    store.aliases.set("production", "iv-a")
     with pytest.raises(StoreError, match="moved to iv-a"):
-        store.set_alias("production", "iv-c", expected="iv-b")
-    assert store.set_alias("production", "iv-c", expected="iv-a") == "iv-a"
+        store.aliases.set("production", "iv-c", expected="iv-b")
+    assert store.aliases.set("production", "iv-c", expected="iv-a") == "iv-a"
 
 
 def test_postgres_hnsw_ef_search(pg_url):
@@ -261,15 +261,15 @@ def test_postgres_hnsw_ef_search(pg_url):
 
     store = PostgresChunkStore(pg_url)
     try:
-        assert [store.ef_search_for(k) for k in (10, 100, 400)] == [200, 400, 1000]
+        assert [store.backend.ef_search_for(k) for k in (10, 100, 400)] == [200, 400, 1000]
     finally:
         store.close()
     store = PostgresChunkStore(pg_url, ef_search=16)
     try:
         store.migrate()
         put(store, "a.txt", ["alpha", "beta", "gamma"])
-        assert store.ef_search_for(1) == 16
-        assert store.search_dense(unit(1), "iv-a", 1)[0].text == "beta"
+        assert store.backend.ef_search_for(1) == 16
+        assert store.search.dense(unit(1), "iv-a", 1)[0].text == "beta"
     finally:
         store.close()
 
@@ -277,25 +277,25 @@ def test_postgres_hnsw_ef_search(pg_url):
 def test_a_zero_vector_is_never_a_dense_hit(store):
     chunks = put(store, "z.txt", ["no direction", "some direction"])
     zero = chunks[0].model_copy(update={"embedding": [0.0] * DIM})
-    store.replace_document(record("z.txt", "iv-a", 2), [zero, chunks[1]])
-    hits = store.search_dense(unit(1), "iv-a", 5)
+    store.corpus.replace_document(record("z.txt", "iv-a", 2), [zero, chunks[1]])
+    hits = store.search.dense(unit(1), "iv-a", 5)
     assert [h.text for h in hits] == ["some direction"]
 
 
 def test_several_documents_commit_in_one_transaction_all_or_none(store):
     from contextual_assets.errors import StaleDocumentError
 
-    store.register_index_version("iv-a", {})
+    store.corpus.register_index_version("iv-a", {})
     for doc_id in ("a.txt", "b.txt", "c.txt"):
-        store.register_source(SourceRecord(doc_id=doc_id, path=f"/in/{doc_id}", file_hash="ab" * 32))
+        store.corpus.register_source(SourceRecord(doc_id=doc_id, path=f"/in/{doc_id}", file_hash="ab" * 32))
     batch = [(record("a.txt", "iv-a", 2), make_chunks("a.txt", ["a one", "a two"])),
              (record("b.txt", "iv-a", 1), make_chunks("b.txt", ["b one"], offset=2))]
-    store.replace_documents(batch, require_current_source=True)
-    assert store.count_chunks("iv-a") == 3 and {d.doc_id for d in store.documents("iv-a")} == {"a.txt", "b.txt"}
+    store.corpus.replace_documents(batch, require_current_source=True)
+    assert store.corpus.count_chunks("iv-a") == 3 and {d.doc_id for d in store.corpus.documents("iv-a")} == {"a.txt", "b.txt"}
     # One stale document in the batch: nothing of the batch is committed, not even the good one.
-    store.register_source(SourceRecord(doc_id="b.txt", path="/in/b.txt", file_hash="cd" * 32))
+    store.corpus.register_source(SourceRecord(doc_id="b.txt", path="/in/b.txt", file_hash="cd" * 32))
     stale = [(record("c.txt", "iv-a", 1), make_chunks("c.txt", ["c one"], offset=3)),
              (record("b.txt", "iv-a", 1), make_chunks("b.txt", ["b new"], offset=4))]
     with pytest.raises(StaleDocumentError, match="changed while this run worked"):
-        store.replace_documents(stale, require_current_source=True)
-    assert {d.doc_id for d in store.documents("iv-a")} == {"a.txt", "b.txt"} and store.count_chunks("iv-a") == 3
+        store.corpus.replace_documents(stale, require_current_source=True)
+    assert {d.doc_id for d in store.corpus.documents("iv-a")} == {"a.txt", "b.txt"} and store.corpus.count_chunks("iv-a") == 3

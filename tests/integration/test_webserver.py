@@ -81,7 +81,7 @@ def deployment(tmp_path_factory):
     store = open_store(None, duckdb_path)
     try:
         for key, path in sources:
-            store.register_source(SourceRecord(doc_id=key, path=str(path), file_hash=file_sha256(path)))
+            store.corpus.register_source(SourceRecord(doc_id=key, path=str(path), file_hash=file_sha256(path)))
     finally:
         store.close()
     keys = [key for key, _ in sources]
@@ -171,7 +171,50 @@ def test_backfill_through_daemon(deployment):
     store = open_store(None, deployment.duckdb_path)
     try:
         for key in deployment.keys:
-            assert store.count_chunks(doc_id=key) >= 1, f"no chunks for {key}"
-        assert sorted(d.doc_id for d in store.documents()) == sorted(deployment.keys)
+            assert store.corpus.count_chunks(doc_id=key) >= 1, f"no chunks for {key}"
+        assert sorted(d.doc_id for d in store.corpus.documents()) == sorted(deployment.keys)
     finally:
         store.close()
+
+
+LOCATION_QUERY = """
+query {
+  workspaceOrError {
+    __typename
+    ... on Workspace {
+      locationEntries {
+        name
+        loadStatus
+        locationOrLoadError { __typename ... on PythonError { message } }
+      }
+    }
+  }
+}
+"""
+
+
+def test_a_bad_setting_shows_as_the_code_location_error(tmp_path):
+    """The webserver stays up and shows the bad setting as the code location's load error, in one line
+    that names the variable (no code server or process exit to dig through)."""
+    import time
+
+    home = seed_dagster_home(tmp_path / "dagster_home")
+    env = deployment_env(home, CTX_HOME=str(tmp_path / ".ctx"), CTX_INBOX=str(tmp_path / "inbox"),
+                         CTX_LLM_MAX_IN_FLIGHT="0")
+    with DagsterDeployment(root=tmp_path, env=env) as deployment:
+        try:
+            webserver = deployment.start_webserver()
+        except DeploymentError as exc:
+            pytest.fail(str(exc))
+        deadline = time.monotonic() + BACKFILL_TIMEOUT_S
+        while True:  # the location loads after the server answers: wait until it has loaded (or failed to)
+            [entry] = deployment.graphql(LOCATION_QUERY)["workspaceOrError"]["locationEntries"]
+            if entry["loadStatus"] == "LOADED" or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert entry["name"] == "contextual_retrieval" and entry["loadStatus"] == "LOADED", entry
+        error = entry["locationOrLoadError"]
+        assert error["__typename"] == "PythonError", error
+        lines = [line for line in error["message"].splitlines() if "CTX_LLM_MAX_IN_FLIGHT" in line]
+        assert len(lines) == 1 and "CTX_LLM_MAX_IN_FLIGHT='0' is not valid" in lines[0], error["message"]
+        assert webserver.poll() is None, deployment.logs()

@@ -168,7 +168,7 @@ def test_backfill_of_selected_partitions_by_clicking(ui, page):
     page.screens.shot("partitions_after")
     store, _ = ui.store()
     try:
-        registered = {d.doc_id for d in store.documents(store.get_alias("production"))}
+        registered = {d.doc_id for d in store.corpus.documents(store.aliases.get("production"))}
     finally:
         store.close()
     assert set(BACKFILL_DOCS) <= registered
@@ -207,7 +207,7 @@ def test_eval_gate_passes_then_blocks_a_planted_regression(ui, page):
     # The regression: a candidate whose chunks keep only their first line (evidence lost).
     store, embedder = ui.store()
     try:
-        production = store.get_alias("production")
+        production = store.aliases.get("production")
         planted = derive_version(store, embedder, production, "truncate_first_line")
     finally:
         store.close()
@@ -234,7 +234,7 @@ def test_eval_gate_passes_then_blocks_a_planted_regression(ui, page):
 
     store, _ = ui.store()
     try:
-        assert store.get_alias("production") == production, "a blocked candidate must not be promoted"
+        assert store.aliases.get("production") == production, "a blocked candidate must not be promoted"
     finally:
         store.close()
     run_id = run_url.rsplit("/", 1)[-1]

@@ -51,7 +51,7 @@ SEARCH_SERVICE = HELM / "search-service.yaml"
 README = DEPLOY / "README.md"
 
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-DEFINITIONS_MODULE = "contextual_assets.defs.definitions"
+DEFINITIONS_MODULE = "contextual_assets.definitions"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from eval_assets.gate import (
     decide,
     load_exceptions,
 )
-from eval_assets.resources import EvalGateResource
+from contextual_assets.defs.resources import EvalGateResource
 from eval_assets.significance import (
     bootstrap_mean_ci,
     paired_deltas,

@@ -9,11 +9,11 @@ from contextual_assets.defs.resources import (
     EmbedderResource,
     HeaderSourceResource,
     ParsingResource,
-    current_index_version,
 )
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fleet import pool
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY, ServedModel
+from contextual_assets.index_version import current_index_version
 from contextual_assets.headers.openai_source import OpenAIHeaderSource
 from contextual_assets.parsing.tokens import token_counter
 

@@ -32,7 +32,7 @@ OLD_STYLE = {
 
 def _ingest_pool() -> str:
     """The pool the ingest step is in, read from the asset definition itself."""
-    from contextual_assets.defs.ingest_assets import build_ingest_assets
+    from contextual_assets.defs.ingest.assets import build_ingest_assets
 
     pool = build_ingest_assets(partitions_per_run=1).op.pool
     assert pool, "the ingest step is not in a concurrency pool"

@@ -3,7 +3,7 @@ that renames them must fail here, not silently run every partition of a range as
 
 from __future__ import annotations
 
-from contextual_assets.defs.partitions import (
+from contextual_assets.defs.ingest.partitions import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     range_run_tags,
@@ -23,14 +23,14 @@ def test_range_run_tags_cover_first_to_last():
 
 
 def test_ranges_are_contiguous_and_at_most_per_run_long():
-    from contextual_assets.defs.partitions import partition_ranges
+    from contextual_assets.defs.ingest.partitions import partition_ranges
 
     order = [f"k{i:02d}" for i in range(10)]
     assert partition_ranges(order, ["k00", "k01", "k02", "k05", "k06"], 2) == [["k00", "k01"], ["k02"], ["k05", "k06"]]
 
 
 def test_ranges_by_cost_cut_where_the_cost_evens_out():
-    from contextual_assets.defs.partitions import partition_ranges
+    from contextual_assets.defs.ingest.partitions import partition_ranges
 
     order = [f"k{i}" for i in range(8)]
     size = dict(zip(order, [1, 1, 1, 1, 1, 1, 1, 13]))  # the last document is as heavy as the rest twice over

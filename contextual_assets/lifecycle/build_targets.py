@@ -1,28 +1,23 @@
 """Index versions an ingest run builds: the one the current settings describe and, while production
 differs, production too, whenever its recorded recipe still builds exactly its fingerprint (same
 chunker, an available embedder, the same weights behind its header model). Otherwise production
-keeps serving and its lag is reported (see `contextual_assets.coverage`)."""
+keeps serving and its lag is reported (see `contextual_assets.lifecycle.coverage`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextual_assets.embedding import Embedder
+from contextual_assets.embedding import Embedder, EmbedderConfig
 from contextual_assets.errors import ContextualError
 from contextual_assets.fleet.config import FleetConfig
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
 from contextual_assets.headers.base import HeaderSource
+from contextual_assets.headers.configured import HeaderConfig, openai_header_source
 from contextual_assets.headers.structural import NoHeaderSource, StructuralHeaderSource
 from contextual_assets.index_version import index_fingerprint, index_version_of
+from contextual_assets.parsing.config import ParsingConfig
 from contextual_assets.store import ChunkStore
-
-from .resources import (
-    EmbedderResource,
-    HeaderSourceResource,
-    ParsingResource,
-    openai_header_source,
-)
 
 
 class NotBuildable(ContextualError):
@@ -42,7 +37,7 @@ class BuildTarget:
     warnings: list[str] = field(default_factory=list)
 
 
-def current_target(headers: HeaderSourceResource, embedder: EmbedderResource, parsing: ParsingResource,
+def current_target(headers: HeaderConfig, embedder: EmbedderConfig, parsing: ParsingConfig,
                    store: ChunkStore) -> BuildTarget:
     """The version the current settings build (starts the fleet pool; loads no model yet)."""
     source = headers.build(parsing.counter(), store=store)
@@ -63,7 +58,7 @@ def renamed_weights(store: ChunkStore, target: BuildTarget) -> list[str]:
 
 def weights_changes(store: ChunkStore, served: str, header_model: str, index_version: str) -> list[str]:
     warnings = []
-    for version in store.index_versions():
+    for version in store.corpus.index_versions():
         recipe = version.get("recipe") or {}
         before = version["fingerprint"].get("header_model")
         if (version["index_version"] != index_version and recipe.get("headers", {}).get("served_model") == served
@@ -74,11 +69,11 @@ def weights_changes(store: ChunkStore, served: str, header_model: str, index_ver
     return warnings
 
 
-def recorded_target(index_version: str, role: str, store: ChunkStore, headers: HeaderSourceResource,
-                    embedder: EmbedderResource, parsing: ParsingResource) -> BuildTarget:
+def recorded_target(index_version: str, role: str, store: ChunkStore, headers: HeaderConfig,
+                    embedder: EmbedderConfig, parsing: ParsingConfig) -> BuildTarget:
     """A recorded version, built again from its recipe (a version recorded before recipes existed is
     tried with this deployment's settings). Raises `NotBuildable` with the reason."""
-    record = store.index_version(index_version)
+    record = store.corpus.index_version(index_version)
     if record is None:
         raise NotBuildable(f"{index_version} is not a registered index version")
     fingerprint, recipe = record["fingerprint"], record["recipe"] or {}
@@ -98,8 +93,8 @@ def recorded_target(index_version: str, role: str, store: ChunkStore, headers: H
                        int(header_recipe.get("context_tokens", headers.context_tokens)))
 
 
-def _header_source(fingerprint: dict[str, Any], recipe: dict[str, Any], headers: HeaderSourceResource,
-                   parsing: ParsingResource, store: ChunkStore) -> HeaderSource:
+def _header_source(fingerprint: dict[str, Any], recipe: dict[str, Any], headers: HeaderConfig,
+                   parsing: ParsingConfig, store: ChunkStore) -> HeaderSource:
     kind = fingerprint["header_source"]
     if kind == "structural":
         return StructuralHeaderSource()
@@ -126,11 +121,11 @@ def _header_source(fingerprint: dict[str, Any], recipe: dict[str, Any], headers:
         raise NotBuildable(f"its header model {fingerprint['header_model']} is not served as recorded ({exc})") from None
 
 
-def production_target(current: BuildTarget, alias: str, store: ChunkStore, headers: HeaderSourceResource,
-                      embedder: EmbedderResource, parsing: ParsingResource) -> tuple[BuildTarget | None, str | None]:
+def production_target(current: BuildTarget, alias: str, store: ChunkStore, headers: HeaderConfig,
+                      embedder: EmbedderConfig, parsing: ParsingConfig) -> tuple[BuildTarget | None, str | None]:
     """(production's target, None) while production differs from `current` and can be built;
     (None, why not) when it cannot; (None, None) when there is nothing to keep fresh."""
-    production = store.get_alias(alias)
+    production = store.aliases.get(alias)
     if production is None or production == current.index_version:
         return None, None
     try:

@@ -8,26 +8,24 @@ from datetime import date
 
 import dagster as dg
 
-from contextual_assets.coverage import coverage_of, live_documents, production_lag
 from contextual_assets.defs.resources import (
     ChunkStoreResource,
     EmbedderResource,
+    EvalGateResource,
     HeaderSourceResource,
     ParsingResource,
     RerankerResource,
-    current_index_version,
 )
 from contextual_assets.errors import ContextualError, DependencyUnavailable
-
-from .dashboard import comparison_table, metric_metadata, regressions_table
-from .diagnostics import header_diagnostics
-from .evaluate import evaluate, save_report, section_diagnostics
-from .gate import ExceptionScope, decide
-from .gold.gold_set import load_gold
-from .ranking_metrics import worst_regressions
-from .resources import EvalGateResource
-
-EVAL_GROUP = "evaluation"
+from contextual_assets.index_version import current_index_version
+from contextual_assets.lifecycle.coverage import coverage_of, live_documents, production_lag
+from contextual_assets.names import CHUNK_EMBEDDINGS, EVALUATION_GROUP, RETRIEVAL_EVAL
+from eval_assets.dashboard import comparison_table, metric_metadata, regressions_table
+from eval_assets.diagnostics import header_diagnostics
+from eval_assets.evaluate import evaluate, save_report, section_diagnostics
+from eval_assets.gate import ExceptionScope, decide
+from eval_assets.gold.gold_set import load_gold
+from eval_assets.ranking_metrics import worst_regressions
 
 
 class RetrievalEvalConfig(dg.Config):
@@ -44,7 +42,7 @@ def refusal(description: str, exc: ContextualError) -> dg.Failure:
 
 def version_embedder(store, embedder: EmbedderResource, index_version: str, role: str):
     """The embedder `index_version` was built with; the evaluation fails rather than score with another."""
-    record = store.index_version(index_version)
+    record = store.corpus.index_version(index_version)
     if record is None:
         return embedder.get()  # an unregistered version holds no chunks; the caller reports that
     try:
@@ -54,8 +52,8 @@ def version_embedder(store, embedder: EmbedderResource, index_version: str, role
 
 
 @dg.asset(
-    deps=["chunk_embeddings"],
-    group_name=EVAL_GROUP,
+    deps=[CHUNK_EMBEDDINGS],
+    group_name=EVALUATION_GROUP,
     kinds={"python"},
     description="The gold set against the candidate index version and the promoted one, side by side, each "
                 "searched with its own embedder; the candidate's coverage of the live documents.",
@@ -86,16 +84,16 @@ def retrieval_eval(
     except ContextualError as exc:
         raise refusal(str(exc), exc) from None
     chunk_store = store.open()
-    if chunk_store.count_chunks(candidate) == 0:
+    if chunk_store.corpus.count_chunks(candidate) == 0:
         raise dg.Failure(description=f"index version {candidate} holds no chunks; ingest documents first")
     try:
         report = evaluate(chunk_store, version_embedder(chunk_store, embedder, candidate, "candidate"), gold,
                           candidate, **search)
     except ContextualError as exc:  # e.g. the reranker is down: one line, not a traceback
         raise refusal(f"cannot evaluate the candidate {candidate}: {exc}", exc) from None
-    production_version = chunk_store.get_alias(gate.alias)
+    production_version = chunk_store.aliases.get(gate.alias)
     baseline = None
-    if production_version and production_version != candidate and chunk_store.count_chunks(production_version):
+    if production_version and production_version != candidate and chunk_store.corpus.count_chunks(production_version):
         # Production scored with its own embedder against its own vectors, on the same gold.
         try:
             baseline = evaluate(chunk_store, version_embedder(chunk_store, embedder, production_version,
@@ -107,7 +105,7 @@ def retrieval_eval(
     short = coverage.share < gate.min_coverage or (gate.min_coverage >= 1.0 and not coverage.complete)
     hint = f"CTX_GATE_MIN_COVERAGE {gate.min_coverage:g}; ingest them, or remove files that cannot be ingested"
     blocking = [f"{coverage.summary()} ({hint})"] if short else []
-    record = chunk_store.index_version(candidate)
+    record = chunk_store.corpus.index_version(candidate)
     scope = ExceptionScope(index_version=candidate, evaluator_id=report.evaluator_id, today=date.today(),
                            header_model=record["fingerprint"]["header_model"] if record else "")
     decision = decide(report.rows(), baseline.rows() if baseline else None, policy, exceptions, scope=scope,
@@ -147,7 +145,7 @@ def retrieval_eval(
 def _latest_eval(context, store: ChunkStoreResource) -> tuple[dict, dict]:
     """The evaluation this run materialized (a concurrent run's must never be read as ours); a check
     executed on its own reads the latest one and says so."""
-    key, latest, record, cursor = dg.AssetKey("retrieval_eval"), None, None, None
+    key, latest, record, cursor = dg.AssetKey(RETRIEVAL_EVAL), None, None, None
     for _ in range(20):  # newest first, 100 per page: this run's own record is near the top
         page = context.instance.fetch_materializations(key, limit=100, cursor=cursor)
         latest = latest or (page.records[0] if page.records else None)
@@ -159,7 +157,7 @@ def _latest_eval(context, store: ChunkStoreResource) -> tuple[dict, dict]:
     if record is None:
         raise dg.Failure(description="retrieval_eval has not been materialized")
     metadata = record.asset_materialization.metadata
-    run = store.open().eval_run(metadata["run_id"].value)
+    run = store.open().eval_runs.get(metadata["run_id"].value)
     if run is None:
         raise dg.Failure(description="the evaluation run is missing from the store")
     values = {k: v.value for k, v in metadata.items()}
@@ -199,7 +197,7 @@ def eval_gate(context: dg.AssetCheckExecutionContext, store: ChunkStoreResource)
 def gold_hygiene(context: dg.AssetCheckExecutionContext, store: ChunkStoreResource,
                  gate: EvalGateResource) -> dg.AssetCheckResult:
     run, _ = _latest_eval(context, store)
-    tasks = [t for t in store.open().eval_tasks(run["run_id"]) if t["mode"] == gate.mode]
+    tasks = [t for t in store.open().eval_runs.tasks(run["run_id"]) if t["mode"] == gate.mode]
     stale = sorted(t["task_id"] for t in tasks if t["status"] == "stale")
     broken = sorted(t["task_id"] for t in tasks if t["status"] == "broken")
     share = (len(stale) + len(broken)) / len(tasks) if tasks else 0.0
@@ -215,7 +213,7 @@ def gold_hygiene(context: dg.AssetCheckExecutionContext, store: ChunkStoreResour
 def header_diagnostics_check(context: dg.AssetCheckExecutionContext, store: ChunkStoreResource,
                              embedder: EmbedderResource) -> dg.AssetCheckResult:
     run, _ = _latest_eval(context, store)
-    chunks = store.open().chunks(run["index_version"])
+    chunks = store.open().corpus.chunks(run["index_version"])
     sample = chunks[:: max(1, len(chunks) // 500)]  # bounded cost on large indexes
     if not any(c.header for c in sample):
         return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.WARN,
@@ -232,7 +230,7 @@ def header_diagnostics_check(context: dg.AssetCheckExecutionContext, store: Chun
 
 @dg.asset(
     deps=[retrieval_eval],
-    group_name=EVAL_GROUP,
+    group_name=EVALUATION_GROUP,
     kinds={"python"},
     description="Points the production alias at the candidate version, only after the gate passed.",
 )
@@ -248,9 +246,9 @@ def promoted_index(context: dg.AssetExecutionContext, store: ChunkStoreResource,
         raise dg.Failure(description=f"gate failed for {candidate} ({reasons}); {gate.alias} is unchanged")
     chunk_store = store.open()
     compared = metadata["production_version"] if metadata["production_version"] != "none" else None
-    previous = chunk_store.set_alias(gate.alias, candidate, reason=f"gate passed (eval run {run['run_id']})",
+    previous = chunk_store.aliases.set(gate.alias, candidate, reason=f"gate passed (eval run {run['run_id']})",
                                      expected=compared)
-    history = chunk_store.alias_history(gate.alias)
+    history = chunk_store.aliases.history(gate.alias)
     return dg.MaterializeResult(metadata={
         "alias": gate.alias, "index_version": candidate, "previous_version": previous or "none",
         "eval_run": run["run_id"], "history_length": len(history),
@@ -277,6 +275,3 @@ def production_freshness(store: ChunkStoreResource, gate: EvalGateResource) -> d
                   "outdated_ids": ", ".join(lag.outdated[:50]) or "none"},
     )
 
-
-eval_assets_list = [retrieval_eval, promoted_index]
-eval_checks = [eval_gate, gold_hygiene, header_diagnostics_check, production_freshness]

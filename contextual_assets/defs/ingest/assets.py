@@ -11,15 +11,10 @@ import time
 
 import dagster as dg
 
-from contextual_assets.defs.build_targets import (
-    BuildTarget,
-    current_target,
-    production_target,
-)
-from contextual_assets.defs.partitions import documents_partitions
 from contextual_assets.defs.resources import (
     ChunkStoreResource,
     EmbedderResource,
+    EvalGateResource,
     HeaderSourceResource,
     ParsingResource,
 )
@@ -34,10 +29,15 @@ from contextual_assets.ingest.pipeline import (
     StageEvent,
     mean_header_words,
 )
-from contextual_assets.settings import PlatformSettings
-from eval_assets.resources import EvalGateResource
+from contextual_assets.lifecycle.build_targets import (
+    BuildTarget,
+    current_target,
+    production_target,
+)
+from contextual_assets.names import CHUNK_EMBEDDINGS, CHUNK_HEADERS, INGEST_GROUP, PARSED_CHUNKS
+from contextual_assets.settings import PlatformSettings, active_settings
 
-INGEST_GROUP = "ingest"
+from .partitions import documents_partitions
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -56,16 +56,16 @@ class IngestConfig(dg.Config):
 
 
 INGEST_SPECS = [
-    dg.AssetSpec("parsed_chunks", group_name=INGEST_GROUP, kinds={"python", "pdf"}, skippable=True,
+    dg.AssetSpec(PARSED_CHUNKS, group_name=INGEST_GROUP, kinds={"python", "pdf"}, skippable=True,
                  description="A document parsed into section-aware chunks within the embedder's token budget."),
-    dg.AssetSpec("chunk_headers", deps=["parsed_chunks"], group_name=INGEST_GROUP, kinds={"openai", "python"},
+    dg.AssetSpec(CHUNK_HEADERS, deps=[PARSED_CHUNKS], group_name=INGEST_GROUP, kinds={"openai", "python"},
                  skippable=True,
                  description="A one- or two-sentence situating header for every chunk (LLM fleet, structural or none)."),
-    dg.AssetSpec("chunk_embeddings", deps=["chunk_headers"], group_name=INGEST_GROUP,
+    dg.AssetSpec(CHUNK_EMBEDDINGS, deps=[CHUNK_HEADERS], group_name=INGEST_GROUP,
                  kinds={"pytorch", "duckdb", "postgres"}, skippable=True,
                  description="Header + chunk embedded and committed to the store: one atomic replace per document."),
 ]
-ASSET_OF_STAGE = {"parsed": "parsed_chunks", "headered": "chunk_headers", "committed": "chunk_embeddings"}
+ASSET_OF_STAGE = {"parsed": PARSED_CHUNKS, "headered": CHUNK_HEADERS, "committed": CHUNK_EMBEDDINGS}
 # Metadata keys of the observation a failed document gets in its run.
 FAILED_STAGE, RETRYABLE = "failed_stage", "retryable"
 
@@ -186,12 +186,12 @@ def build_ingest_assets(partitions_per_run: int, retries: int = PlatformSettings
                 if role != "current":
                     if event.kind == "committed":
                         fresh_committed += 1
-                        yield dg.AssetObservation(asset_key="chunk_embeddings", partition=event.key, metadata={
+                        yield dg.AssetObservation(asset_key=CHUNK_EMBEDDINGS, partition=event.key, metadata={
                             "index_version": event.metadata["index_version"], "role": role,
                             "chunks": event.metadata["chunks"], "note": f"kept {role} fresh"})
                     elif event.kind == "failed":
                         fresh_failures[event.key] = str(event.error)
-                        yield dg.AssetObservation(asset_key="chunk_embeddings", partition=event.key, metadata={
+                        yield dg.AssetObservation(asset_key=CHUNK_EMBEDDINGS, partition=event.key, metadata={
                             "index_version": fresh_target.index_version, "role": role,
                             "note": f"{role} not updated: {event.error}"})
                     continue
@@ -240,8 +240,8 @@ def build_ingest_assets(partitions_per_run: int, retries: int = PlatformSettings
 def uncommitted(chunk_store, keys: list[str], targets: list[BuildTarget]) -> list[str]:
     """`keys` less the documents stored at every target version from their registered revision: what a
     retry of the step still has to do (an attempt commits document by document)."""
-    registered = {s.doc_id: s.file_hash for s in chunk_store.list_sources()}
-    held = [{d.doc_id: d.file_hash for d in chunk_store.documents(t.index_version)} for t in targets]
+    registered = {s.doc_id: s.file_hash for s in chunk_store.corpus.list_sources()}
+    held = [{d.doc_id: d.file_hash for d in chunk_store.corpus.documents(t.index_version)} for t in targets]
     return [k for k in keys if not all(k in h and h[k] == registered.get(k) for h in held)]
 
 
@@ -273,3 +273,10 @@ def fleet_metadata(source: OpenAIHeaderSource, stats: HeaderRunStats) -> dict:
         ),
         "context_limit": source.fleet.context_limit or 0,
     }
+
+
+@dg.definitions
+def ingest_assets() -> dg.Definitions:
+    settings = active_settings()
+    return dg.Definitions(assets=[build_ingest_assets(settings.partitions_per_run, settings.ingest_retries,
+                                                      settings.ingest_retry_delay_s)])

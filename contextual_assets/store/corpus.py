@@ -1,31 +1,18 @@
-"""The `ChunkStore` interface: back-end primitives and the shared SQL for sources, index versions,
-documents and chunks.
-
-SQL is written with `?` placeholders and always parameterized; back-ends translate the
-placeholder style. Dialect-specific parts are DDL, the embedding column and dense search.
-The other concerns are mixins over the same primitives: header cache (header_cache.py),
-aliases (aliases.py), evaluation runs (eval_runs.py), the inbox sensor's state (inbox_state.py), the
-lexical index (lexical_index.py) and search (search.py).
-"""
+"""The corpus: registered sources, index versions, and each version's documents and chunks, replaced one
+document at a time in one transaction (with its lexical postings, see lexical_index.py)."""
 
 from __future__ import annotations
 
 import json
-from abc import abstractmethod
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from ..errors import StaleDocumentError
 from ..models import DocumentRecord, EmbeddedChunk, HeaderedChunk, SourceRecord
-from .aliases import AliasTable
-from .eval_runs import EvalRunTable
-from .header_cache import HeaderCacheTable
-from .inbox_state import InboxStateTable
-from .primitives import utc_now
-from .search import ChunkKey, CorpusSearch
+from .backend import Backend, utc_now, write_transaction
+from .lexical_index import LexicalIndex
 
-__all__ = ["ChunkStore", "utc_now"]
+ChunkKey = tuple[str, int]
 
 _CHUNK_COLUMNS = (
     "index_version, doc_id, ordinal, source_doc, title, section_path, page_start, page_end, text, "
@@ -33,54 +20,43 @@ _CHUNK_COLUMNS = (
 )
 
 
-class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, InboxStateTable, CorpusSearch):
-    """Chunks, headers, vectors and index versions; one atomic transaction per document."""
+class Corpus(Protocol):
+    """Sources, index versions, documents and chunks."""
 
-    dialect: str = "abstract"
-    location: str = ""
+    def register_source(self, record: SourceRecord) -> None: ...
+    def register_sources(self, records: Sequence[SourceRecord]) -> None: ...
+    def get_source(self, doc_id: str) -> SourceRecord | None: ...
+    def list_sources(self) -> list[SourceRecord]: ...
+    def register_index_version(self, index_version: str, fingerprint: dict[str, Any],
+                               recipe: dict[str, Any] | None = None) -> None: ...
+    def index_versions(self) -> list[dict[str, Any]]: ...
+    def index_version(self, index_version: str) -> dict[str, Any] | None: ...
+    def replace_document(self, document: DocumentRecord, chunks: list[EmbeddedChunk],
+                         require_current_source: bool = False) -> None: ...
+    def replace_documents(self, documents: list[tuple[DocumentRecord, list[EmbeddedChunk]]],
+                          require_current_source: bool = False) -> None: ...
+    def purge_document(self, doc_id: str) -> int: ...
+    def documents(self, index_version: str | None = None) -> list[DocumentRecord]: ...
+    def count_chunks(self, index_version: str | None = None, doc_id: str | None = None) -> int: ...
+    def chunks(self, index_version: str, doc_id: str | None = None) -> list[HeaderedChunk]: ...
+    def chunks_by_key(self, index_version: str, keys: Sequence[ChunkKey]) -> dict[ChunkKey, HeaderedChunk]: ...
+    def revision(self, index_version: str) -> tuple: ...
 
-    # ---- back-end primitives -------------------------------------------------------------
-    @abstractmethod
-    def migrate(self) -> int: ...
 
-    @abstractmethod
-    @contextmanager
-    def _transaction(self) -> Iterator[Any]:
-        """Yield a cursor-like object inside one transaction (commit on success, rollback on error)."""
+class CorpusTable:
+    """`ctx_sources`, `ctx_index_versions`, `ctx_documents` and `ctx_chunks`."""
 
-    @abstractmethod
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
+    def __init__(self, backend: Backend, lexical: LexicalIndex):
+        self._backend = backend
+        self._lexical = lexical
 
-    @abstractmethod
-    def _insert_chunks(self, cursor: Any, chunks: list[EmbeddedChunk], index_version: str) -> None: ...
-
-    @abstractmethod
-    def _embedding_rows(self, index_version: str) -> list[tuple[str, int, list[float] | None]]: ...
-
-    def close(self) -> None:  # pragma: no cover - trivial
-        pass
-
-    def _sql(self, sql: str) -> str:
-        """The statement in the back-end's placeholder style (`?` here; Postgres overrides)."""
-        return sql
-
-    def _exec(self, cursor: Any, sql: str, params: Sequence[Any] = ()) -> None:
-        cursor.execute(self._sql(sql), params)
-
-    def _fetch(self, cursor: Any, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        cursor.execute(self._sql(sql), params)
-        return cursor.fetchall()
-
-    # ---- sources, index versions, documents, chunks ------------------------------------------
-    def schema_version(self) -> int:
-        """The highest applied migration (0 before any)."""
-        rows = self._query("SELECT coalesce(max(version), 0) FROM ctx_schema_migrations")
-        return int(rows[0][0])
-
+    # ---- sources -----------------------------------------------------------------------------
+    @write_transaction
     def register_source(self, record: SourceRecord) -> None:
         """Register (or re-register) one source file."""
         self.register_sources([record])
 
+    @write_transaction
     def register_sources(self, records: Sequence[SourceRecord]) -> None:
         """Register (or re-register) many sources in one transaction; the last record of a doc_id wins.
         One transaction matters on DuckDB, where each one opens the file (~25 ms): an inbox of 10,000
@@ -89,12 +65,13 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, InboxStateTable, Co
         if not latest:
             return
         now = utc_now()
-        with self._transaction() as cur:
+        db = self._backend
+        with db.transaction() as cur:
             for start in range(0, len(latest), 500):
                 batch = latest[start : start + 500]
                 placeholders = ", ".join("?" for _ in batch)
-                self._exec(cur, f"DELETE FROM ctx_sources WHERE doc_id IN ({placeholders})", [r.doc_id for r in batch])
-                self._exec(
+                db.exec(cur, f"DELETE FROM ctx_sources WHERE doc_id IN ({placeholders})", [r.doc_id for r in batch])
+                db.exec(
                     cur,
                     "INSERT INTO ctx_sources (doc_id, path, file_hash, registered_at) VALUES "
                     + ", ".join("(?, ?, ?, ?)" for _ in batch),
@@ -103,34 +80,37 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, InboxStateTable, Co
 
     def get_source(self, doc_id: str) -> SourceRecord | None:
         """The registered source of a document, or None."""
-        rows = self._query("SELECT doc_id, path, file_hash FROM ctx_sources WHERE doc_id = ?", (doc_id,))
+        rows = self._backend.query("SELECT doc_id, path, file_hash FROM ctx_sources WHERE doc_id = ?", (doc_id,))
         return SourceRecord(doc_id=rows[0][0], path=rows[0][1], file_hash=rows[0][2]) if rows else None
 
     def list_sources(self) -> list[SourceRecord]:
         """Every registered source, by doc_id."""
-        rows = self._query("SELECT doc_id, path, file_hash FROM ctx_sources ORDER BY doc_id")
+        rows = self._backend.query("SELECT doc_id, path, file_hash FROM ctx_sources ORDER BY doc_id")
         return [SourceRecord(doc_id=r[0], path=r[1], file_hash=r[2]) for r in rows]
 
+    # ---- index versions ----------------------------------------------------------------------
+    @write_transaction
     def register_index_version(self, index_version: str, fingerprint: dict[str, Any],
                                recipe: dict[str, Any] | None = None) -> None:
         """Record an index version, the settings fingerprint it was derived from and, when given, the
         recipe that builds it (idempotent; a newer recipe replaces an older one)."""
-        with self._transaction() as cur:
+        db = self._backend
+        with db.transaction() as cur:
             # ON CONFLICT: concurrent first runs of a new version both register it safely.
-            self._exec(
+            db.exec(
                 cur,
                 "INSERT INTO ctx_index_versions (index_version, fingerprint, created_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (index_version) DO NOTHING",
                 (index_version, json.dumps(fingerprint, sort_keys=True), utc_now()),
             )
             if recipe is not None:
-                self._exec(cur, "UPDATE ctx_index_versions SET recipe = ? WHERE index_version = ?",
-                           (json.dumps(recipe, sort_keys=True), index_version))
+                db.exec(cur, "UPDATE ctx_index_versions SET recipe = ? WHERE index_version = ?",
+                        (json.dumps(recipe, sort_keys=True), index_version))
 
     def index_versions(self) -> list[dict[str, Any]]:
         """Every index version with its fingerprint, recipe (or None) and document and chunk counts,
         oldest first."""
-        rows = self._query(
+        rows = self._backend.query(
             "SELECT v.index_version, v.fingerprint, v.created_at, "
             "  (SELECT count(*) FROM ctx_documents d WHERE d.index_version = v.index_version), "
             "  (SELECT count(*) FROM ctx_chunks c WHERE c.index_version = v.index_version), v.recipe "
@@ -144,13 +124,15 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, InboxStateTable, Co
 
     def index_version(self, index_version: str) -> dict[str, Any] | None:
         """One index version's fingerprint and recipe, or None when it was never registered."""
-        rows = self._query("SELECT fingerprint, recipe, created_at FROM ctx_index_versions WHERE index_version = ?",
-                           (index_version,))
+        rows = self._backend.query(
+            "SELECT fingerprint, recipe, created_at FROM ctx_index_versions WHERE index_version = ?", (index_version,))
         if not rows:
             return None
         return {"index_version": index_version, "fingerprint": json.loads(rows[0][0]),
                 "recipe": json.loads(rows[0][1]) if rows[0][1] else None, "created_at": rows[0][2]}
 
+    # ---- documents ---------------------------------------------------------------------------
+    @write_transaction
     def replace_document(self, document: DocumentRecord, chunks: list[EmbeddedChunk],
                          require_current_source: bool = False) -> None:
         """Swap every chunk of one document in one index version, in one transaction.
@@ -160,35 +142,33 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, InboxStateTable, Co
         was deleted meanwhile, commits nothing (and says so) instead of resurrecting stale rows."""
         self.replace_documents([(document, chunks)], require_current_source)
 
+    @write_transaction
     def replace_documents(self, documents: list[tuple[DocumentRecord, list[EmbeddedChunk]]],
                           require_current_source: bool = False) -> None:
         """`replace_document` for several documents in one transaction (one open of a DuckDB file, one
         commit): each document is still whole or absent; any error commits none of them."""
-        with self._transaction() as cur:
+        self._backend.prepare_vectors({len(c.embedding) for _, chunks in documents for c in chunks})
+        with self._backend.transaction() as cur:
             for document, chunks in documents:
                 self._replace_in(cur, document, chunks, require_current_source)
 
     def _replace_in(self, cur: Any, document: DocumentRecord, chunks: list[EmbeddedChunk],
                     require_current_source: bool) -> None:
+        db = self._backend
         if require_current_source:
-            rows = self._fetch(cur, "SELECT file_hash FROM ctx_sources WHERE doc_id = ?", (document.doc_id,))
+            rows = db.fetch(cur, "SELECT file_hash FROM ctx_sources WHERE doc_id = ?", (document.doc_id,))
             if not rows:
                 raise StaleDocumentError(f"{document.doc_id}: its file was removed while this run worked; "
                                          "nothing committed")
             if rows[0][0] and rows[0][0] != document.file_hash:
                 raise StaleDocumentError(f"{document.doc_id}: the file changed while this run worked; the run "
                                          "for the new content commits it, this one committed nothing")
-        self._exec(
-            cur, "DELETE FROM ctx_chunks WHERE doc_id = ? AND index_version = ?",
-            (document.doc_id, document.index_version),
-        )
-        self._exec(
-            cur, "DELETE FROM ctx_documents WHERE doc_id = ? AND index_version = ?",
-            (document.doc_id, document.index_version),
-        )
-        self._insert_chunks(cur, chunks, document.index_version)
-        lexical_tokens = self._index_document(cur, document.index_version, document.doc_id, chunks)
-        self._exec(
+        key = (document.doc_id, document.index_version)
+        db.exec(cur, "DELETE FROM ctx_chunks WHERE doc_id = ? AND index_version = ?", key)
+        db.exec(cur, "DELETE FROM ctx_documents WHERE doc_id = ? AND index_version = ?", key)
+        db.insert_chunks(cur, chunks, document.index_version)
+        lexical_tokens = self._lexical.index_document(cur, document.index_version, document.doc_id, chunks)
+        db.exec(
             cur,
             "INSERT INTO ctx_documents (doc_id, index_version, source_path, kind, title, file_hash, "
             "n_chunks, updated_at, lexical_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -196,14 +176,14 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, InboxStateTable, Co
              document.file_hash, len(chunks), utc_now(), lexical_tokens),
         )
 
+    @write_transaction
     def purge_document(self, doc_id: str) -> int:
         """Remove a document from every index version and forget its source."""
-        with self._transaction() as cur:
-            count = self._fetch(cur, "SELECT count(*) FROM ctx_chunks WHERE doc_id = ?", (doc_id,))
-            self._exec(cur, "DELETE FROM ctx_chunks WHERE doc_id = ?", (doc_id,))
-            self._exec(cur, "DELETE FROM ctx_lexical_postings WHERE doc_id = ?", (doc_id,))
-            self._exec(cur, "DELETE FROM ctx_documents WHERE doc_id = ?", (doc_id,))
-            self._exec(cur, "DELETE FROM ctx_sources WHERE doc_id = ?", (doc_id,))
+        db = self._backend
+        with db.transaction() as cur:
+            count = db.fetch(cur, "SELECT count(*) FROM ctx_chunks WHERE doc_id = ?", (doc_id,))
+            for table in ("ctx_chunks", "ctx_lexical_postings", "ctx_documents", "ctx_sources"):
+                db.exec(cur, f"DELETE FROM {table} WHERE doc_id = ?", (doc_id,))
         return int(count[0][0])
 
     def documents(self, index_version: str | None = None) -> list[DocumentRecord]:
@@ -214,13 +194,22 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, InboxStateTable, Co
         if index_version is not None:
             sql += " WHERE index_version = ?"
             params = (index_version,)
-        rows = self._query(sql + " ORDER BY index_version, doc_id", params)
+        rows = self._backend.query(sql + " ORDER BY index_version, doc_id", params)
         return [
             DocumentRecord(doc_id=r[0], index_version=r[1], source_path=r[2], kind=r[3], title=r[4], file_hash=r[5],
                            n_chunks=int(r[6]), updated_at=str(r[7]))
             for r in rows
         ]
 
+    def revision(self, index_version: str) -> tuple:
+        """Document count, last update and chunk total of an index version: changes with any write."""
+        rows = self._backend.query(
+            "SELECT count(*), max(updated_at), coalesce(sum(n_chunks), 0) FROM ctx_documents WHERE index_version = ?",
+            (index_version,),
+        )
+        return tuple(str(v) for v in rows[0])
+
+    # ---- chunks ------------------------------------------------------------------------------
     def count_chunks(self, index_version: str | None = None, doc_id: str | None = None) -> int:
         """Number of stored chunks, optionally for one index version and/or document."""
         clauses, params = [], []
@@ -231,7 +220,7 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, InboxStateTable, Co
             clauses.append("doc_id = ?")
             params.append(doc_id)
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-        return int(self._query("SELECT count(*) FROM ctx_chunks" + where, params)[0][0])
+        return int(self._backend.query("SELECT count(*) FROM ctx_chunks" + where, params)[0][0])
 
     def chunks(self, index_version: str, doc_id: str | None = None) -> list[HeaderedChunk]:
         """Chunks of one index version (optionally one document), by document and ordinal."""
@@ -240,34 +229,27 @@ class ChunkStore(HeaderCacheTable, AliasTable, EvalRunTable, InboxStateTable, Co
         if doc_id is not None:
             sql += " AND doc_id = ?"
             params.append(doc_id)
-        rows = self._query(sql + " ORDER BY doc_id, ordinal", params)
-        return [self._row_to_chunk(r) for r in rows]
+        rows = self._backend.query(sql + " ORDER BY doc_id, ordinal", params)
+        return [_row_to_chunk(r) for r in rows]
 
     def chunks_by_key(self, index_version: str, keys: Sequence[ChunkKey]) -> dict[ChunkKey, HeaderedChunk]:
+        """The stored chunks of these keys (missing keys are left out)."""
         wanted = list(dict.fromkeys(keys))
         if not wanted:
             return {}
         # One (doc_id, ordinal) equality pair per key: both back-ends turn it into primary-key lookups
         # (on DuckDB 4 ms for 10 keys at 200k chunks, against 31 ms for doc_id IN (..) AND ordinal IN (..)).
-        rows = self._query(
+        rows = self._backend.query(
             f"SELECT {_CHUNK_COLUMNS} FROM ctx_chunks WHERE index_version = ? AND ("
             + " OR ".join("(doc_id = ? AND ordinal = ?)" for _ in wanted) + ")",
             [index_version, *[v for key in wanted for v in key]])
-        chunks = (self._row_to_chunk(r) for r in rows)
+        chunks = (_row_to_chunk(r) for r in rows)
         return {(c.doc_id, c.ordinal): c for c in chunks}
 
-    @staticmethod
-    def _row_to_chunk(r: tuple) -> HeaderedChunk:
-        return HeaderedChunk(
-            doc_id=r[1], ordinal=int(r[2]), source_doc=r[3], title=r[4], section_path=json.loads(r[5]),
-            page_start=r[6], page_end=r[7], text=r[8], token_count=int(r[9]), content_hash=r[10],
-            external_id=r[11], header=r[12] or "", header_source=r[13] or "none", header_model=r[14] or "",
-        )
 
-    def revision(self, index_version: str) -> tuple:
-        """Document count, last update and chunk total of an index version: changes with any write."""
-        rows = self._query(
-            "SELECT count(*), max(updated_at), coalesce(sum(n_chunks), 0) FROM ctx_documents WHERE index_version = ?",
-            (index_version,),
-        )
-        return tuple(str(v) for v in rows[0])
+def _row_to_chunk(r: tuple) -> HeaderedChunk:
+    return HeaderedChunk(
+        doc_id=r[1], ordinal=int(r[2]), source_doc=r[3], title=r[4], section_path=json.loads(r[5]),
+        page_start=r[6], page_end=r[7], text=r[8], token_count=int(r[9]), content_hash=r[10],
+        external_id=r[11], header=r[12] or "", header_source=r[13] or "none", header_model=r[14] or "",
+    )

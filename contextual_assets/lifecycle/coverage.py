@@ -10,6 +10,7 @@ import os
 
 from pydantic import BaseModel
 
+from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.store import ChunkStore
 
 LIST_LIMIT = 50  # ids listed in messages and metadata; counts are always complete
@@ -53,11 +54,11 @@ def live_documents(store: ChunkStore, production: str | None = None) -> dict[str
     """doc_id -> the revision (file hash) a version must hold: registered sources whose file still
     exists, plus production's documents that were never registered (a candidate may not silently
     drop them either). A registered file that is gone is no longer live."""
-    sources = store.list_sources()
+    sources = store.corpus.list_sources()
     live: dict[str, str | None] = {s.doc_id: s.file_hash for s in sources if _exists(s.path)}
     if production:
         registered = {s.doc_id for s in sources}
-        for document in store.documents(production):
+        for document in store.corpus.documents(production):
             if document.doc_id not in registered:
                 live.setdefault(document.doc_id, document.file_hash)
     return live
@@ -68,7 +69,7 @@ def _exists(path: str) -> bool:
 
 
 def coverage_of(store: ChunkStore, index_version: str, live: dict[str, str | None]) -> VersionCoverage:
-    held = {d.doc_id: d.file_hash for d in store.documents(index_version)}
+    held = {d.doc_id: d.file_hash for d in store.corpus.documents(index_version)}
     missing = sorted(doc for doc in live if doc not in held)
     outdated = sorted(doc for doc, revision in live.items()
                       if doc in held and revision and held[doc] != revision)
@@ -76,9 +77,9 @@ def coverage_of(store: ChunkStore, index_version: str, live: dict[str, str | Non
                            covered=len(live) - len(missing) - len(outdated), missing=missing, outdated=outdated)
 
 
-def production_lag(store: ChunkStore, alias: str = "production") -> VersionCoverage | None:
+def production_lag(store: ChunkStore, alias: str = PRODUCTION_ALIAS) -> VersionCoverage | None:
     """What the promoted version misses of the registered sources (None: nothing promoted yet)."""
-    production = store.get_alias(alias)
+    production = store.aliases.get(alias)
     if production is None:
         return None
     return coverage_of(store, production, live_documents(store))

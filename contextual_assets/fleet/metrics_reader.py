@@ -1,0 +1,86 @@
+"""`MetricsReader`: the pool's background loop that reads each replica's `/metrics` while requests are out.
+
+A replica's own count of running and waiting requests includes other processes' requests, so
+processes sharing a fleet see each other's load; each read also adapts the replica's concurrency
+limit (`routing.adapted_limit`) and ends its slow start. A replica without usable metrics (not vLLM,
+or down) is routed on local counts alone and read again after `METRICS_RETRY_S`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+from . import routing
+from .config import FleetConfig
+from .replica import ReplicaReport, ReplicaState
+from .slots import Slots
+from .vllm_metrics import KV_GAUGES, metrics_url, parse_vllm_metrics
+
+METRICS_RETRY_S = 10.0  # a replica whose /metrics failed is read again after this
+SLOW_START_READS = 2  # slow start ends by this many reads (0.1 s apart) whatever they show
+SLOW_START_INTERVAL_S = 0.1  # reads this often (at most) while a replica is in slow start
+
+
+class MetricsReader:
+    def __init__(self, config: FleetConfig, slots: Slots):
+        self.config = config
+        self.slots = slots
+        self.replicas = slots.replicas
+        self.retry_at = {s.url: 0.0 for s in self.replicas}
+
+    async def run(self) -> None:
+        """Each replica's own view of its queue, every `metrics_interval_s` while requests are out."""
+        slots, interval = self.slots, self.config.metrics_interval_s
+        async with httpx.AsyncClient(timeout=httpx.Timeout(1.0)) as client:
+            reads = 0  # since requests last started going out
+            while True:
+                if slots.waiting == 0 and not any(s.in_flight for s in self.replicas):
+                    await self._idle()
+                    reads = 0
+                await asyncio.gather(*(self._read(client, s) for s in self.replicas))
+                reads += 1
+                if reads >= SLOW_START_READS:  # answers too short to be caught in flight: stop waiting
+                    for state in self.replicas:
+                        state.slow_start = False
+                slots.metrics_fresh.set()
+                await slots.notify_all()  # room may have opened on a replica other processes used
+                # In slow start, read again soon: it ends at the first read that shows our requests.
+                slow = any(s.slow_start for s in self.replicas)
+                await asyncio.sleep(min(SLOW_START_INTERVAL_S, interval) if slow else interval)
+
+    async def _idle(self) -> None:
+        """Nothing out: stop reading until requests go out again, and start those in slow start."""
+        self.slots.metrics_fresh.clear()
+        self.slots.wake_reader.clear()
+        for state in self.replicas:
+            state.slow_start = True
+        await self.slots.wake_reader.wait()
+
+    async def _read(self, client: httpx.AsyncClient, state: ReplicaState) -> None:
+        now = time.monotonic()
+        if now < self.retry_at[state.url]:
+            return
+        local = state.in_flight
+        key = self.config.api_key_for(state.config)
+        try:
+            response = await client.get(metrics_url(state.url),
+                                        headers={"Authorization": f"Bearer {key}"} if key else {})
+            response.raise_for_status()
+            values = parse_vllm_metrics(response.text)
+        except Exception:  # no metrics (not vLLM, or down): route on local counts alone
+            values = {}
+        if "vllm:num_requests_running" not in values:
+            self.retry_at[state.url] = now + METRICS_RETRY_S
+            state.report, state.slow_start = None, False
+            return
+        kv = next((values[name] for name in KV_GAUGES if name in values), None)
+        report = ReplicaReport(at=time.monotonic(), running=values["vllm:num_requests_running"],
+                               waiting=values.get("vllm:num_requests_waiting", 0.0), kv_usage=kv,
+                               local_in_flight=local)
+        state.limit = routing.adapted_limit(state, report, state.report)
+        state.report = report
+        if state.slow_start and routing.ends_slow_start(report):
+            state.slow_start = False

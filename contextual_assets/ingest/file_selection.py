@@ -1,0 +1,99 @@
+"""Which files become documents, for the inbox sensor and `ctx ingest` alike: hidden files and folders
+are skipped, a file type the parsers do not take is refused with its reason, and a file's key follows
+from where it is (`document_keys`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from contextual_assets.errors import DocumentError
+from contextual_assets.parsing import SUPPORTED_EXTENSIONS
+
+from .document_keys import document_key, key_for_path
+
+_ACCEPTED = frozenset(SUPPORTED_EXTENSIONS)
+
+
+def is_hidden(relative: str | Path) -> bool:
+    """A path (relative to the folder or prefix being listed) with a hidden part: .git, .cache, editor
+    swap files are never documents."""
+    return any(part.startswith(".") for part in Path(relative).parts)
+
+
+def unsupported(path: str) -> str | None:
+    """Why a file of this type is not taken, or None."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in _ACCEPTED:
+        return None
+    return f"{path}: unsupported file type '{suffix or '(none)'}', skipped (supported: {', '.join(SUPPORTED_EXTENSIONS)})"
+
+
+def collect_sources(
+    paths: Iterable[str | Path],
+    *,
+    inbox: Path | None,
+    source_root: Path | None = None,
+    registered: dict[str, str] | None = None,
+) -> tuple[list[tuple[str, Path]], list[str]]:
+    """Files to ingest with their document keys, and the refusals (with reasons).
+
+    A file's key follows from the file, not from how it was named, so re-ingesting it by any route
+    updates the same document: (1) the key it is already registered under (`registered` maps a
+    resolved path to its key, from `store.corpus.list_sources()`); else (2) its path relative to the inbox
+    when it resolves under it (the key the inbox sensor gives); else (3) relative to `source_root`
+    (default: the current directory); else (4) its whole resolved path. A folder's files are all
+    its non-hidden files; a link in it that resolves outside it is refused. The same file reached
+    twice is one source; two files never share a key (nor take one registered to another file
+    that still exists).
+    """
+    root = Path.cwd() if source_root is None else Path(source_root)
+    registered = registered or {}
+    owner_of = {key: path for path, key in registered.items()}  # registered key -> resolved path
+    unique: dict[str, Path] = {}
+    keyed: dict[Path, str] = {}  # resolved file -> its key in this call
+    refused: list[str] = []
+
+    def add(file: Path) -> None:
+        resolved = file.resolve()
+        if resolved in keyed:
+            return
+        key = registered.get(str(resolved))
+        if key is None:
+            try:
+                key = document_key(resolved, inbox=inbox, source_root=root)
+            except DocumentError as exc:
+                refused.append(str(exc))
+                return
+            owner = owner_of.get(key)
+            if owner is not None and Path(owner).exists() and Path(owner).resolve() != resolved:
+                refused.append(f"{file}: same document key '{key}' as {owner} (already ingested); rename one of "
+                               "them or set CTX_SOURCE_ROOT so the keys differ")
+                return
+        if key in unique:
+            refused.append(f"{file}: same document key '{key}' as {unique[key]}; rename one of them or set "
+                           "CTX_SOURCE_ROOT so the keys differ")
+            return
+        keyed[resolved] = key
+        unique[key] = file
+
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for file in sorted(p for p in path.rglob("*") if p.is_file() and not is_hidden(p.relative_to(path))):
+                reason = unsupported(str(file))
+                if reason is not None:
+                    refused.append(reason)
+                    continue
+                try:
+                    key_for_path(file, path)  # refuses a link that resolves outside the folder
+                except DocumentError as exc:
+                    refused.append(str(exc))
+                    continue
+                add(file)
+        elif path.exists():
+            add(path)
+        else:
+            refused.append(f"{path}: no such file or directory")
+    return list(unique.items()), refused

@@ -1,0 +1,128 @@
+"""The pipeline's header stage: parsed documents admitted while the chunks in flight stay under a
+high-water mark (the one with the most header work first), each streamed to the header source on a
+thread of its own, every header handed to the embedding stage as it arrives."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from contextual_assets.headers.base import HeaderRequest, HeaderResult, HeaderSource
+from contextual_assets.ingest.pipeline_state import DONE, PipelineState, error_text
+from contextual_assets.ingest.pipeline_types import DocumentJob, StageEvent, header_work
+from contextual_assets.models import ParsedDocument
+
+# Documents parsed and waiting for admission, as a max-heap by header work: (negated work, arrival, ...).
+Ready = list[tuple[tuple[int, int], int, ParsedDocument, list[HeaderRequest]]]
+
+
+class HeaderStage:
+    def __init__(self, state: PipelineState, *, header_source: HeaderSource,
+                 header_metadata: Callable[[DocumentJob, Any], dict[str, Any]] | None = None):
+        self.state = state
+        self.header_source = header_source
+        self.header_metadata = header_metadata
+        self.threads: list[threading.Thread] = []  # one per admitted document (finished ones pruned)
+        self._admitted = 0
+
+    # ---- admission ---------------------------------------------------------------------------
+    def run(self) -> None:
+        state = self.state
+        ready: Ready = []
+        arrival = itertools.count()  # ties keep parse order (and never compare documents)
+        parsing = True
+        while not state.stop.is_set() and (parsing or ready):
+            with state.admission:
+                # Admit while fewer chunks than the high-water mark await headers, so the fleet's queue
+                # never drains at a document boundary.
+                state.admission.wait_for(lambda: state.stop.is_set() or state.documents_in_flight == 0 or (
+                    state.documents_in_flight < state.settings.max_documents_in_flight
+                    and state.chunks_in_flight < state.settings.chunks_in_flight
+                ))
+            if state.stop.is_set():
+                return
+            if parsing:
+                parsing = self._collect(ready, arrival)
+            if not ready or state.stop.is_set():
+                continue
+            _, _, doc, requests = heapq.heappop(ready)
+            self._admit(doc, requests)
+
+    def _collect(self, ready: Ready, arrival: itertools.count) -> bool:
+        """Of the documents parsed by now (at most `parse_ahead`), those not yet in `ready` join it,
+        waiting for one only when none is ready; False once the parse stage has finished."""
+        state = self.state
+        block = not ready
+        while len(ready) < state.settings.parse_ahead:
+            try:
+                item = state.parsed.get(timeout=0.5) if block else state.parsed.get_nowait()
+            except queue.Empty:
+                if block and not state.stop.is_set():
+                    continue
+                return True
+            if item is DONE:
+                return False
+            doc, requests = item
+            work = header_work(requests)
+            heapq.heappush(ready, ((-work[0], -work[1]), next(arrival), doc, requests))
+            block = False
+        return True
+
+    def _admit(self, doc: ParsedDocument, requests: list[HeaderRequest]) -> None:
+        state = self.state
+        n = len(doc.chunks)
+        with state.admission:
+            state.documents_in_flight += 1
+            state.chunks_in_flight += n
+        job = DocumentJob(doc=doc, seq=self._admitted, admitted_at=time.monotonic(), headers=[None] * n,
+                          vectors=[None] * n, requests=requests)
+        self._admitted += 1
+        thread = threading.Thread(target=self._headers, args=(job,), name=f"ingest-headers-{doc.doc_id}",
+                                  daemon=True)
+        state.jobs[job.seq] = job
+        self.threads = [t for t in self.threads if t.is_alive()] + [thread]
+        thread.start()
+        state.first_admitted.set()
+
+    # ---- one document's headers --------------------------------------------------------------
+    def _headers(self, job: DocumentJob) -> None:
+        state = self.state
+        released = 0
+
+        def on_result(index: int, result: HeaderResult) -> None:
+            nonlocal released
+            job.headers[index] = result
+            released += 1
+            state.release(chunks=1)
+            state.to_embed.put((job.seq, index))
+
+        job.headers_started = time.monotonic()
+        stats = None
+        try:
+            stream_with_stats = getattr(self.header_source, "stream_with_stats", None)
+            if stream_with_stats is not None:
+                _, stats = stream_with_stats(job.requests, on_result, state.stop)
+            else:
+                self.header_source.stream(job.requests, on_result, state.stop)
+        except Exception as exc:  # noqa: BLE001 - HeaderGenerationError and anything unexpected
+            with job.lock:
+                job.failed = True
+            state.release(chunks=len(job.doc.chunks) - released, document=True)
+            state.fail(job.key, "headers", f"headers for {job.doc.source_path}: {error_text(exc)}")
+            return
+        job.headers_finished = time.monotonic()
+        # The document leaves the header stage: an embedding or commit backlog never holds back
+        # admission (the fleet would starve behind the CPU).
+        state.release(document=True)
+        metadata = self.header_metadata(job, stats) if self.header_metadata else {}
+        state.events.put(StageEvent("headered", job.key, metadata=metadata))
+        with job.lock:
+            job.headers_done = True
+            ready = job.claim_commit()
+        if ready:  # every chunk was already embedded (e.g. all headers came from the cache)
+            state.to_commit.put(job)

@@ -1,0 +1,25 @@
+"""Names the Dagster definitions and the library share: written here once.
+
+Asset keys are plain strings so that library code (the CLI's run watcher, the benchmarks) can read
+the events of the assets without importing the definitions."""
+
+from __future__ import annotations
+
+# The alias applications search and the gate promotes to.
+PRODUCTION_ALIAS = "production"
+
+# The ingest assets, one partition per document.
+PARSED_CHUNKS = "parsed_chunks"
+CHUNK_HEADERS = "chunk_headers"
+CHUNK_EMBEDDINGS = "chunk_embeddings"  # materialized per document as it commits
+DOCUMENTS_PARTITIONS = "documents"
+INGEST_GROUP = "ingest"
+
+# The evaluation assets.
+RETRIEVAL_EVAL = "retrieval_eval"
+PROMOTED_INDEX = "promoted_index"
+EVALUATION_GROUP = "evaluation"
+
+# Jobs.
+INGEST_JOB = "ingest_documents"
+EVALUATE_AND_PROMOTE_JOB = "evaluate_and_promote"
