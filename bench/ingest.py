@@ -337,7 +337,8 @@ def header_source(fleet, counter, store=None):
     from contextual_assets.headers.openai_source import OpenAIHeaderSource
     from contextual_assets.headers.prompt import DEFAULT_PROMPT, load_prompt
 
-    return OpenAIHeaderSource(fleet, load_prompt(DEFAULT_PROMPT), counter, store=store.header_cache if store is not None else None)
+    return OpenAIHeaderSource(fleet, load_prompt(DEFAULT_PROMPT), counter,
+                              store=store.header_cache if store is not None else None)
 
 
 def chunk_requests(doc, counter, settings, source, context_limit: int | None) -> list[tuple]:

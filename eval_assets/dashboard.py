@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from .evaluate import EvalReport
-from .gate import GateDecision
-
-METRICS = ("pass_at_5", "pass_at_10", "pass_at_20", "mrr", "ndcg_at_10")
+from .gate import GATED_METRICS, GateDecision
 
 
 def metric_metadata(report: EvalReport) -> dict[str, float]:
     """Flat numeric metadata (`hybrid_pass_at_10`, ...) so the UI plots each metric over time."""
-    return {f"{mode}_{name}": round(getattr(m, name), 4) for mode, m in report.metrics.items() for name in METRICS}
+    return {f"{mode}_{name}": round(getattr(m, name), 4) for mode, m in report.metrics.items() for name in GATED_METRICS}
 
 
 def _number(value: float | None, spec: str = ".3f") -> str:

@@ -199,6 +199,27 @@ def _regression(metric: str, cand: list[dict], prod: list[dict], policy: GatePol
             "significant_drop": significant, "reason": reason}
 
 
+def _verdict(metric: str, graded_rows: dict[str, dict], graded: list[str], kept: list[str],
+             kept_compared: list[str], prod: dict[str, dict] | None,
+             policy: GatePolicy) -> tuple[MetricVerdict, list[str]]:
+    """One metric against its floor and, when there is a production, against production; with its reasons."""
+    raw = _mean([graded_rows[t] for t in graded], metric)
+    with_exceptions = _mean([graded_rows[t] for t in kept], metric)
+    floor = policy.floors.get(metric)
+    metric_reasons = []
+    if floor is not None and with_exceptions < floor:
+        metric_reasons.append(f"{metric} {with_exceptions:.3f} below the floor {floor:.3f}")
+    comparison: dict = {"production": None, "delta": None}
+    if prod is not None and kept_compared:
+        comparison = _regression(metric, [graded_rows[t] for t in kept_compared],
+                                 [prod[t] for t in kept_compared], policy)
+        if comparison["reason"]:
+            metric_reasons.append(comparison["reason"])
+    comparison.pop("reason", None)
+    return MetricVerdict(metric=metric, candidate_raw=raw, candidate=with_exceptions, floor=floor,
+                         passed=not metric_reasons, reason="; ".join(metric_reasons), **comparison), metric_reasons
+
+
 def decide(candidate: list[dict], production: list[dict] | None, policy: GatePolicy,
            exceptions: Sequence[ReviewedException], scope: ExceptionScope | None = None,
            blocking: Sequence[str] = ()) -> GateDecision:
@@ -225,26 +246,9 @@ def decide(candidate: list[dict], production: list[dict] | None, policy: GatePol
     if prod is not None and not prod_living:
         notes.append("production has no living gold task: the candidate is judged on floors only")
 
-    reasons: list[str] = []
-    verdicts: list[MetricVerdict] = []
-    for metric in GATED_METRICS:
-        raw = _mean([graded_rows[t] for t in graded], metric)
-        with_exceptions = _mean([graded_rows[t] for t in kept], metric)
-        floor = policy.floors.get(metric)
-        metric_reasons = []
-        if floor is not None and with_exceptions < floor:
-            metric_reasons.append(f"{metric} {with_exceptions:.3f} below the floor {floor:.3f}")
-        comparison: dict = {"production": None, "delta": None}
-        if prod is not None and kept_compared:
-            comparison = _regression(metric, [graded_rows[t] for t in kept_compared],
-                                     [prod[t] for t in kept_compared], policy)
-            if comparison["reason"]:
-                metric_reasons.append(comparison["reason"])
-        comparison.pop("reason", None)
-        reasons += metric_reasons
-        verdicts.append(MetricVerdict(metric=metric, candidate_raw=raw, candidate=with_exceptions, floor=floor,
-                                      passed=not metric_reasons, reason="; ".join(metric_reasons), **comparison))
-
+    judged = [_verdict(metric, graded_rows, graded, kept, kept_compared, prod, policy) for metric in GATED_METRICS]
+    verdicts = [verdict for verdict, _ in judged]
+    reasons = [reason for _, metric_reasons in judged for reason in metric_reasons]
     share_c = _unhealthy(cand)
     share_p = _unhealthy(prod) if prod is not None else None
     if share_c > policy.max_unhealthy_share:

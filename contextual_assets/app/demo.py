@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from contextual_assets.app.cli import main as ctx_main
+from contextual_assets.platform import Platform
 from contextual_assets.samples import (
     SAMPLE_QUERIES,
     sample_gold_file,
@@ -35,14 +36,10 @@ def main() -> int:
     for query, _ in SAMPLE_QUERIES[:3]:
         print(f"\n$ ctx search {query!r} -k 3")
         ctx_main(["search", query, "-k", "3"])
-    from contextual_assets.defs.resources import build_resources
-
-    resources = build_resources(settings)
-    store = resources["store"].open()
-    embedder = resources["embedder"].get()
-    from contextual_assets.index_version import current_index_version
-
-    version = current_index_version(resources["headers"], resources["embedder"], resources["parsing"])
+    platform = Platform(settings)
+    store = platform.store
+    embedder = platform.embedder.get()
+    version = platform.current_index_version()
     found = 0
     for query, expected in SAMPLE_QUERIES:
         hits = store.search.hybrid(query, embedder.embed([query])[0], version, 3)
@@ -72,6 +69,7 @@ def main() -> int:
         print(f"gate: BLOCKED {report['candidate']}: {report['gate_reasons'] or report['error']}")
     print(f"production -> {after or 'not set'}")
     return code
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,12 +14,12 @@ import dagster as dg
 from pydantic import BaseModel
 
 from contextual_assets.defs.ingest.partitions import documents_partitions, range_run_tags
-from contextual_assets.errors import DocumentError
 from contextual_assets.ingest.file_selection import collect_sources  # noqa: F401 (ingest callers pick files here)
 from contextual_assets.ingest.inbox import file_sha256
 from contextual_assets.ingest.partition_ranges import partition_ranges
 from contextual_assets.ingest.pipeline import local_file_size
 from contextual_assets.models import SourceRecord
+from contextual_assets.names import CHUNK_EMBEDDINGS, INGEST_JOB
 from contextual_assets.store import ChunkStore
 
 REPO_DAGSTER_YAML = Path(__file__).resolve().parents[2] / "dagster.yaml"  # the checkout's instance settings
@@ -66,7 +66,7 @@ def ingest_partitions(
     `on_done` hears of each document once: a committed one as its commit is recorded, while its run
     still works on the others (from a watcher thread); a failed one when its run has ended."""
     job = defs.resolve_job_def(INGEST_JOB)
-    policy = defs.resolve_assets_def(CHUNK_EMBEDDINGS).backfill_policy
+    policy = defs.resolve_assets_def(dg.AssetKey(CHUNK_EMBEDDINGS)).backfill_policy
     per_run = (policy.max_partitions_per_run if policy else None) or len(sources) or 1
     paths = dict(sources)
     outcomes: list[PartitionOutcome] = []
@@ -103,7 +103,6 @@ def ingest_partitions(
     return outcomes
 
 
-CHUNK_EMBEDDINGS = dg.AssetKey("chunk_embeddings")  # materialized per document as it commits
 
 
 def _chunks(metadata: Mapping[str, dg.MetadataValue]) -> int:
@@ -116,7 +115,7 @@ def committed_documents(result: dg.ExecuteInProcessResult) -> dict[str, int]:
     committed: dict[str, int] = {}
     for event in result.get_asset_materialization_events():
         materialization = event.materialization
-        if materialization.asset_key == CHUNK_EMBEDDINGS and materialization.partition:
+        if materialization.asset_key == dg.AssetKey(CHUNK_EMBEDDINGS) and materialization.partition:
             committed[materialization.partition] = _chunks(materialization.metadata)
     return committed
 
@@ -138,7 +137,7 @@ class CommitWatcher:
 
     def __enter__(self) -> CommitWatcher:
         # Only events stored from now on: the run has not started, so its commits all come after this.
-        latest = self.instance.fetch_materializations(CHUNK_EMBEDDINGS, limit=1).records
+        latest = self.instance.fetch_materializations(dg.AssetKey(CHUNK_EMBEDDINGS), limit=1).records
         self._after = latest[0].storage_id if latest else None
         self._thread.start()
         return self
@@ -164,7 +163,7 @@ class CommitWatcher:
     def poll(self) -> None:
         while True:
             page = self.instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=CHUNK_EMBEDDINGS, asset_partitions=self.keys,
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(CHUNK_EMBEDDINGS), asset_partitions=self.keys,
                                       after_storage_id=self._after),
                 limit=100, ascending=True)
             for record in page.records:

@@ -10,6 +10,9 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from ..errors import ConfigurationError
+from ..settings import PlatformSettings
+
+_default = PlatformSettings.default  # the defaults a setting also sets are written once, in settings
 
 
 def normalise_base_url(url: str) -> str:
@@ -19,7 +22,7 @@ def normalise_base_url(url: str) -> str:
 
 class ReplicaConfig(BaseModel):
     base_url: str
-    max_in_flight: int = Field(default=16, ge=1)
+    max_in_flight: int = Field(default=_default("llm_max_in_flight"), ge=1)
     weight: float = Field(default=1.0, gt=0)
     api_key_env: str | None = None  # the variable's name; falls back to the fleet's
 
@@ -35,7 +38,7 @@ class FleetConfig(BaseModel):
     replicas: list[ReplicaConfig]
     model: str | None = None  # a pin always wins over discovery
     revision: str = ""  # pinned model revision, part of the header-cache key and index version
-    allow_mixed_models: bool = False
+    allow_mixed_models: bool = _default("llm_allow_mixed_models")
     discovery_ttl_s: float = 300.0
     context_limit: int | None = None  # overrides max_model_len from /v1/models
     max_output_tokens: int = 80
@@ -47,7 +50,7 @@ class FleetConfig(BaseModel):
     breaker_failures: int = 5
     breaker_cooldown_s: float = 5.0
     unavailable_timeout_s: float = 60.0  # how long a request waits when every replica is open
-    batch_size: int = Field(default=1, ge=1, le=32)
+    batch_size: int = Field(default=_default("llm_batch_size"), ge=1, le=32)
     # Fleet-wide signals: each replica's /metrics read this often (vLLM's running/waiting/KV use), so
     # processes sharing the fleet count each other's requests against the caps. 0 turns it off.
     metrics_interval_s: float = Field(default=0.5, ge=0)
@@ -58,7 +61,7 @@ class FleetConfig(BaseModel):
     hedge_min_s: float = Field(default=1.0, ge=0)  # never hedge a request younger than this
     hedge_budget_ratio: float = Field(default=0.1, ge=0)  # hedges allowed per request sent
     hedge_budget_min: int = Field(default=16, ge=0)
-    api_key_env: str = "CTX_LLM_API_KEY"
+    api_key_env: str = _default("llm_api_key_env")
 
     @field_validator("replicas")
     @classmethod

@@ -20,6 +20,7 @@ import threading
 
 import httpx
 
+from ..process_cache import ProcessCache
 from .attempts import Attempts
 from .breaker import CircuitBreaker
 from .config import FleetConfig, ReplicaConfig
@@ -149,23 +150,13 @@ class HeaderFleet:
                               slots=self._slots)
 
 
-# Process-wide pools, one per fleet configuration (explicit cache; `close_fleets()` empties it).
-_FLEETS: dict[str, HeaderFleet] = {}
-_FLEETS_LOCK = threading.Lock()
+# Process-wide pools, one per fleet configuration (`close_fleets()` closes them).
+_FLEETS: ProcessCache[HeaderFleet] = ProcessCache()
 
 
 def get_fleet(config: FleetConfig, discovery: ModelDiscovery | None = None) -> HeaderFleet:
-    key = config.model_dump_json()
-    with _FLEETS_LOCK:
-        fleet = _FLEETS.get(key)
-        if fleet is None:
-            fleet = HeaderFleet(config, discovery)
-            _FLEETS[key] = fleet
-        return fleet
+    return _FLEETS.get(config.model_dump_json(), lambda: HeaderFleet(config, discovery))
 
 
 def close_fleets() -> None:
-    with _FLEETS_LOCK:
-        for fleet in _FLEETS.values():
-            fleet.close()
-        _FLEETS.clear()
+    _FLEETS.close_all()

@@ -65,6 +65,27 @@ class HeaderRunStats(FleetCounters):
         self.latencies.append(result.latency_s)
         self.per_replica[result.replica] = self.per_replica.get(result.replica, 0) + 1
 
+    def summary(self) -> dict[str, Any]:
+        """The counts a run reports per document (`invalid` and `errors` are the pool's, not a call's)."""
+        sent = sum(self.per_replica.values())
+        counts = {name: getattr(self, name) for name in SUMMARY_COUNTS}
+        return {**counts, "latency_p50_s": round(percentile(self.latencies, 0.5), 4),
+                "latency_p95_s": round(percentile(self.latencies, 0.95), 4),
+                "replica_share": {url: round(n / sent, 4) for url, n in sorted(self.per_replica.items())} if sent else {}}
+
+
+# What `HeaderRunStats.summary` reports, in this order.
+SUMMARY_COUNTS = ("requests", "batch_requests", "batch_fallbacks", "cache_hits", "retries", "failovers", "hedges",
+                  "hedge_wins", "prompt_tokens", "completion_tokens", "trimmed_contexts")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank `q` quantile (0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
 
 def prompt_version_of(prompt: PromptTemplate, batch_prompt: PromptTemplate | None, batch_size: int) -> str:
     if batch_size > 1 and batch_prompt is not None:
@@ -89,7 +110,7 @@ class OpenAIHeaderSource(HeaderSource):
         prompt: PromptTemplate,
         counter: TokenCounter,
         *,
-        store: Any = None,  # a ChunkStore, for the header cache; None disables caching
+        store: Any = None,  # the store's header cache (`store.header_cache`); None disables caching
         max_output_tokens: int = 80,
         max_header_tokens: int = 64,
         batch_size: int = 1,

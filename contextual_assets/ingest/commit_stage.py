@@ -4,6 +4,7 @@ atomically; documents that finish while a commit runs go in one transaction toge
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from contextual_assets.embedding import Embedder
@@ -16,16 +17,15 @@ from contextual_assets.store import ChunkStore
 Rows = tuple[DocumentRecord, list[EmbeddedChunk]]
 
 
+@dataclass
 class CommitStage:
-    def __init__(self, state: PipelineState, *, store: ChunkStore, embedder: Embedder, index_version: str,
-                 fingerprint: dict[str, str], recipe: dict[str, Any] | None = None):
-        self.state = state
-        self.store = store
-        self.embedder = embedder
-        self.index_version = index_version
-        self.fingerprint = fingerprint
-        self.recipe = recipe
-        self._registered = False
+    state: PipelineState
+    store: ChunkStore
+    embedder: Embedder
+    index_version: str
+    fingerprint: dict[str, str]
+    recipe: dict[str, Any] | None = None
+    _registered: bool = field(default=False, init=False)  # the index version, with the first commit
 
     def run(self) -> None:
         state = self.state

@@ -4,16 +4,17 @@ oldest document first; a document whose last chunk is embedded goes on to commit
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from contextual_assets.embedding import Embedder, embedding_text
 from contextual_assets.ingest.pipeline_state import DONE, PipelineState, take_batch
 from contextual_assets.ingest.pipeline_types import DocumentJob
 
 
+@dataclass
 class EmbedStage:
-    def __init__(self, state: PipelineState, *, embedder: Embedder):
-        self.state = state
-        self.embedder = embedder
+    state: PipelineState
+    embedder: Embedder
 
     def run(self) -> None:
         state = self.state

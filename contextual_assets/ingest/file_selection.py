@@ -81,19 +81,28 @@ def collect_sources(
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            for file in sorted(p for p in path.rglob("*") if p.is_file() and not is_hidden(p.relative_to(path))):
-                reason = unsupported(str(file))
+            for file, reason in folder_files(path):
                 if reason is not None:
                     refused.append(reason)
-                    continue
-                try:
-                    key_for_path(file, path)  # refuses a link that resolves outside the folder
-                except DocumentError as exc:
-                    refused.append(str(exc))
-                    continue
-                add(file)
+                else:
+                    add(file)
         elif path.exists():
             add(path)
         else:
             refused.append(f"{path}: no such file or directory")
     return list(unique.items()), refused
+
+
+def folder_files(folder: Path) -> list[tuple[Path, str | None]]:
+    """A folder's files in name order, each with why it is refused (None: taken): its non-hidden files of a
+    supported type; a link in it that resolves outside it is refused."""
+    found: list[tuple[Path, str | None]] = []
+    for file in sorted(p for p in folder.rglob("*") if p.is_file() and not is_hidden(p.relative_to(folder))):
+        reason = unsupported(str(file))
+        if reason is None:
+            try:
+                key_for_path(file, folder)  # refuses a link that resolves outside the folder
+            except DocumentError as exc:
+                reason = str(exc)
+        found.append((file, reason))
+    return found

@@ -10,6 +10,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from contextual_assets.headers.base import HeaderRequest, HeaderResult, HeaderSource
@@ -21,14 +22,14 @@ from contextual_assets.models import ParsedDocument
 Ready = list[tuple[tuple[int, int], int, ParsedDocument, list[HeaderRequest]]]
 
 
+@dataclass
 class HeaderStage:
-    def __init__(self, state: PipelineState, *, header_source: HeaderSource,
-                 header_metadata: Callable[[DocumentJob, Any], dict[str, Any]] | None = None):
-        self.state = state
-        self.header_source = header_source
-        self.header_metadata = header_metadata
-        self.threads: list[threading.Thread] = []  # one per admitted document (finished ones pruned)
-        self._admitted = 0
+    state: PipelineState
+    header_source: HeaderSource
+    header_metadata: Callable[[DocumentJob, Any], dict[str, Any]] | None = None
+    # One per admitted document (finished ones pruned): the driver joins them when the run ends.
+    threads: list[threading.Thread] = field(default_factory=list, init=False)
+    _admitted: int = field(default=0, init=False)  # documents admitted so far: the next one's `seq`
 
     # ---- admission ---------------------------------------------------------------------------
     def run(self) -> None:

@@ -25,8 +25,16 @@ from contextual_assets.settings import PlatformSettings
 from contextual_assets.store import ChunkStore
 from contextual_assets.store.inbox_state import InboxEntryRow
 
-from .inbox import Inbox, InboxUnavailable, Registry, TickPlan, TickSettings, open_inbox, pending_change, plan_tick, \
-    run_key_part
+from .inbox import (
+    InboxUnavailable,
+    Registry,
+    TickPlan,
+    TickSettings,
+    open_inbox,
+    pending_change,
+    plan_tick,
+    run_key_part,
+)
 from .partition_ranges import partition_ranges
 
 TRIGGER_TAG, INBOX_TAG, RUN_KEY_TAG = "ctx/trigger", "ctx/inbox", "ctx/run_key"

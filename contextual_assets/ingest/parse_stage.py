@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from contextual_assets.errors import DocumentError
@@ -23,16 +24,15 @@ from contextual_assets.parsing.tokens import TokenCounter
 from contextual_assets.store import ChunkStore
 
 
+@dataclass
 class ParseStage:
-    def __init__(self, state: PipelineState, *, store: ChunkStore, counter: TokenCounter, chunk_tokens: int,
-                 max_bytes: int, max_pdf_pages: int, context_tokens: int):
-        self.state = state
-        self.store = store
-        self.counter = counter
-        self.chunk_tokens = chunk_tokens
-        self.max_bytes = max_bytes
-        self.max_pdf_pages = max_pdf_pages
-        self.context_tokens = context_tokens
+    state: PipelineState
+    store: ChunkStore
+    counter: TokenCounter
+    chunk_tokens: int
+    max_bytes: int
+    max_pdf_pages: int
+    context_tokens: int
 
     def run(self, keys: list[str]) -> None:
         state = self.state

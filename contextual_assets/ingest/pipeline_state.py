@@ -14,6 +14,8 @@ DONE = (float("inf"), 0)  # the end of a queue; sorts after every (document, chu
 
 
 class PipelineState:
+    """One run's shared state; each stage object holds it, and only the driver starts or stops them."""
+
     def __init__(self, settings: PipelineSettings):
         self.settings = settings
         self.events: queue.Queue[StageEvent] = queue.Queue()

@@ -14,6 +14,7 @@ from contextual_assets.embedding import EmbedderCatalog
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fusion import FusionWeights
 from contextual_assets.models import SearchHit
+from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.platform import Platform
 from contextual_assets.rerank import Reranker, RerankError
 from contextual_assets.settings import PlatformSettings
@@ -22,7 +23,6 @@ from contextual_assets.store import ChunkStore, open_store
 from .api import Hit, SearchRequest, SearchResponse, VersionInfo, VersionsResponse
 from .vectors import VersionVectors
 
-PRODUCTION = "production"
 FALLBACK_REFRESH_S = 30.0
 
 
@@ -37,7 +37,7 @@ class SearchError(Exception):
 class SearchService:
     def __init__(self, store: ChunkStore, embedders: EmbedderCatalog, *, weights: FusionWeights | None = None,
                  reranker: Reranker | None = None, rerank_candidates: int = 50, max_k: int = 100,
-                 alias: str = PRODUCTION, fallback_version: Callable[[], str | None] | None = None,
+                 alias: str = PRODUCTION_ALIAS, fallback_version: Callable[[], str | None] | None = None,
                  alias_refresh_s: float = 1.0, vectors_in_memory: bool = False):
         self.store, self.embedders = store, embedders
         self.weights = weights or FusionWeights()
@@ -158,8 +158,8 @@ class SearchService:
             vector = self.embed_query(version, query)
             if mode == "dense":
                 return store.search.hits(version, self._dense(vector, version, depth))
-            return store.search.hits(version, store.search.hybrid_top(query, vector, version, depth, weights=self.weights,
-                                                        dense_top=self._dense))
+            return store.search.hits(version, store.search.hybrid_top(query, vector, version, depth,
+                                                                      weights=self.weights, dense_top=self._dense))
 
     def _dense(self, vector: list[float], version: str, n: int) -> list[tuple[str, int, float]]:
         if self.vectors is not None:

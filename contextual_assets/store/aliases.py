@@ -35,7 +35,8 @@ class AliasTable:
         db.exec(cur, "INSERT INTO ctx_aliases (name, index_version, updated_at) VALUES (?, ?, ?)",
                 (name, version, utc_now()))
         db.exec(cur, "INSERT INTO ctx_alias_history (name, seq, index_version, previous_version, action, reason, "
-                "changed_at) VALUES (?, ?, ?, ?, ?, ?, ?)", (name, int(seq), version, previous, action, reason, utc_now()))
+                "changed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (name, int(seq), version, previous, action, reason, utc_now()))
 
     @write_transaction
     def set(self, name: str, version: str, reason: str = "", expected: str | None = "<any>") -> str | None:

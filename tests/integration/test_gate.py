@@ -198,7 +198,7 @@ def test_evaluation_is_deterministic(world):
 
 
 def test_needle_set_is_ingested_and_graded(world, samples_dir, tmp_path):
-    from eval_assets.gold.needles import build_needle_set
+    from bench.needles import build_needle_set
 
     copies, tasks = build_needle_set([samples_dir / n for n in ("supply_agreement.pdf", "employee_handbook.pdf")],
                                      tmp_path / "needles", per_document=6, seed=3,

@@ -80,5 +80,6 @@ def test_documents_stored_before_the_lexical_index_are_indexed_on_first_search(s
         store.backend.exec(cur, "UPDATE ctx_documents SET lexical_tokens = NULL WHERE doc_id = ?", ("old.txt",))
     assert store.search.lexical("cure period", "iv-a", 1)[0].ordinal == 1
     assert store.search.ensure_lexical_index("iv-a") == 0  # already done, once
-    rows = store.backend.query("SELECT count(*) FROM ctx_lexical_postings WHERE doc_id = ? AND term = ?", ("old.txt", "cure"))
+    rows = store.backend.query("SELECT count(*) FROM ctx_lexical_postings WHERE doc_id = ? AND term = ?",
+                               ("old.txt", "cure"))
     assert rows[0][0] == 1

@@ -57,8 +57,8 @@ def fill(store, embedders: EmbedderCatalog, version: str, header_prefix: str) ->
                                 header_model="structural-v1", embedding=vector)
                   for i, ((section, text), header, vector) in enumerate(zip(sections, headers, vectors))]
         store.corpus.replace_document(DocumentRecord(doc_id=doc_id, index_version=version, source_path=f"/in/{doc_id}",
-                                              kind="text", title=doc_id, file_hash="ab" * 32, n_chunks=len(chunks),
-                                              updated_at=""), chunks)
+                                                     kind="text", title=doc_id, file_hash="ab" * 32,
+                                                     n_chunks=len(chunks), updated_at=""), chunks)
 
 
 @pytest.fixture(params=["duckdb", "postgres"])

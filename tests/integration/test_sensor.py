@@ -153,8 +153,9 @@ def test_add_modify_delete(tmp_path, settings_factory):
 
     chunks = embed_chunks([HeaderedChunk(**c.model_dump()) for c in parsed.chunks], _Embedder())
     store.corpus.register_index_version("iv-x", {})
-    store.corpus.replace_document(DocumentRecord(doc_id=report_key, index_version="iv-x", source_path=str(doc), kind="md",
-                                          title="Q3", file_hash="h", n_chunks=len(chunks), updated_at=""), chunks)
+    store.corpus.replace_document(DocumentRecord(doc_id=report_key, index_version="iv-x", source_path=str(doc),
+                                                 kind="md", title="Q3", file_hash="h", n_chunks=len(chunks),
+                                                 updated_at=""), chunks)
     assert store.corpus.count_chunks(doc_id=report_key) == len(chunks) > 0
     doc.unlink()
     removed = harness.tick()

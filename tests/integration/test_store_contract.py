@@ -219,7 +219,8 @@ def test_index_version_recipe_and_coverage(store, tmp_path):
     (tmp_path / "gone.txt").unlink()  # a registered file that no longer exists is not live
     put(store, "a.txt", ["alpha"], version="iv-a")
     put(store, "b.txt", ["beta"], version="iv-a")
-    store.corpus.register_source(SourceRecord(doc_id="b.txt", path=str(tmp_path / "b.txt"), file_hash="cd" * 32))  # edited
+    store.corpus.register_source(SourceRecord(doc_id="b.txt", path=str(tmp_path / "b.txt"),
+                                              file_hash="cd" * 32))  # edited
     coverage = coverage_of(store, "iv-a", live_documents(store))
     assert (coverage.live, coverage.covered, coverage.missing, coverage.outdated) == (3, 1, ["c.txt"], ["b.txt"])
     assert coverage.summary() == ("candidate iv-a covers 1 of 3 live documents; 1 missing (c.txt); "
@@ -291,11 +292,37 @@ def test_several_documents_commit_in_one_transaction_all_or_none(store):
     batch = [(record("a.txt", "iv-a", 2), make_chunks("a.txt", ["a one", "a two"])),
              (record("b.txt", "iv-a", 1), make_chunks("b.txt", ["b one"], offset=2))]
     store.corpus.replace_documents(batch, require_current_source=True)
-    assert store.corpus.count_chunks("iv-a") == 3 and {d.doc_id for d in store.corpus.documents("iv-a")} == {"a.txt", "b.txt"}
+    assert (store.corpus.count_chunks("iv-a") == 3
+            and {d.doc_id for d in store.corpus.documents("iv-a")} == {"a.txt", "b.txt"})
     # One stale document in the batch: nothing of the batch is committed, not even the good one.
     store.corpus.register_source(SourceRecord(doc_id="b.txt", path="/in/b.txt", file_hash="cd" * 32))
     stale = [(record("c.txt", "iv-a", 1), make_chunks("c.txt", ["c one"], offset=3)),
              (record("b.txt", "iv-a", 1), make_chunks("b.txt", ["b new"], offset=4))]
     with pytest.raises(StaleDocumentError, match="changed while this run worked"):
         store.corpus.replace_documents(stale, require_current_source=True)
-    assert {d.doc_id for d in store.corpus.documents("iv-a")} == {"a.txt", "b.txt"} and store.corpus.count_chunks("iv-a") == 3
+    assert ({d.doc_id for d in store.corpus.documents("iv-a")} == {"a.txt", "b.txt"}
+            and store.corpus.count_chunks("iv-a") == 3)
+
+
+def test_the_store_is_parts_over_one_backend(store):
+    """Each part offers its interface and nothing else reaches it through the container; the in-memory
+    matrix is an explicit capability of the search part (DuckDB's), not an attribute to probe for."""
+    from typing import Protocol
+
+    from contextual_assets.store import Aliases, Corpus, EvalRuns, HeaderCache, InboxState, Search
+
+    parts = {"corpus": Corpus, "search": Search, "aliases": Aliases, "eval_runs": EvalRuns,
+             "inbox_state": InboxState, "header_cache": HeaderCache}
+    protocol_members = set(dir(Protocol))
+    for name, interface in parts.items():
+        part = getattr(store, name)
+        members = {m for m in [*vars(interface), *interface.__annotations__] if not m.startswith("_")}
+        members -= protocol_members
+        assert members and all(hasattr(part, m) for m in members), name
+        assert not any(hasattr(store, m) for m in members - set(parts)), f"the container re-exposes {name}"
+        assert part._backend is store.backend
+    assert (store.search.embedding_matrix is not None) == (store.dialect == "duckdb")
+    if store.search.embedding_matrix is not None:
+        put(store, "a.txt", ["alpha", "beta"])
+        keys, matrix = store.search.embedding_matrix("iv-a")
+        assert sorted(keys) == [("a.txt", 0), ("a.txt", 1)] and matrix.shape == (2, DIM)

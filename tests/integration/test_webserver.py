@@ -185,7 +185,7 @@ query {
       locationEntries {
         name
         loadStatus
-        locationOrLoadError { __typename ... on PythonError { message } }
+        locationOrLoadError { __typename ... on PythonError { message causes { message } } }
       }
     }
   }
@@ -215,6 +215,8 @@ def test_a_bad_setting_shows_as_the_code_location_error(tmp_path):
         assert entry["name"] == "contextual_retrieval" and entry["loadStatus"] == "LOADED", entry
         error = entry["locationOrLoadError"]
         assert error["__typename"] == "PythonError", error
-        lines = [line for line in error["message"].splitlines() if "CTX_LLM_MAX_IN_FLIGHT" in line]
-        assert len(lines) == 1 and "CTX_LLM_MAX_IN_FLIGHT='0' is not valid" in lines[0], error["message"]
+        # Dagster wraps it ("error occurred during the loading of Dagster definitions"); the UI shows the cause.
+        messages = [error["message"], *(cause["message"] for cause in error["causes"])]
+        lines = [line for message in messages for line in message.splitlines() if "CTX_LLM_MAX_IN_FLIGHT" in line]
+        assert len(lines) == 1 and "CTX_LLM_MAX_IN_FLIGHT='0' is not valid" in lines[0], messages
         assert webserver.poll() is None, deployment.logs()

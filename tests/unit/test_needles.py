@@ -13,7 +13,7 @@ from contextual_assets.parsing.chunking import chunk_blocks
 from contextual_assets.parsing.tokens import token_counter
 from contextual_assets.samples import write_sample_corpus
 from eval_assets.gold.gold_set import normalise
-from eval_assets.gold.needles import STRATA, build_needle_set, section_path_from_notes
+from bench.needles import STRATA, build_needle_set, section_path_from_notes
 
 PDFS = ("supply_agreement.pdf", "incident_postmortem.pdf", "employee_handbook.pdf")
 PER_DOCUMENT = 6

@@ -4,7 +4,6 @@
 # No `from __future__ import annotations` here: Dagster (1.13) cannot resolve a string annotation
 # on an asset's `config` parameter to its Config class.
 import os
-from datetime import date
 
 import dagster as dg
 
@@ -18,14 +17,13 @@ from contextual_assets.defs.resources import (
 )
 from contextual_assets.errors import ContextualError, DependencyUnavailable
 from contextual_assets.index_version import current_index_version
-from contextual_assets.lifecycle.coverage import coverage_of, live_documents, production_lag
+from contextual_assets.lifecycle.coverage import production_lag
 from contextual_assets.names import CHUNK_EMBEDDINGS, EVALUATION_GROUP, RETRIEVAL_EVAL
+from eval_assets.candidate import CandidateEvaluation, EvaluationRefused, evaluate_candidate
 from eval_assets.dashboard import comparison_table, metric_metadata, regressions_table
 from eval_assets.diagnostics import header_diagnostics
-from eval_assets.evaluate import evaluate, save_report, section_diagnostics
-from eval_assets.gate import ExceptionScope, decide
-from eval_assets.gold.gold_set import load_gold
-from eval_assets.ranking_metrics import worst_regressions
+from eval_assets.evaluate import section_diagnostics
+from eval_assets.gold.gold_set import GoldSet, load_gold
 
 
 class RetrievalEvalConfig(dg.Config):
@@ -38,17 +36,6 @@ def refusal(description: str, exc: ContextualError) -> dg.Failure:
     rerank endpoint): `ctx eval` exits 3 for those, 2 for what a setting or the input must change."""
     return dg.Failure(description=description, metadata={
         "cause": type(exc).__name__, "dependency_unavailable": isinstance(exc, DependencyUnavailable)})
-
-
-def version_embedder(store, embedder: EmbedderResource, index_version: str, role: str):
-    """The embedder `index_version` was built with; the evaluation fails rather than score with another."""
-    record = store.corpus.index_version(index_version)
-    if record is None:
-        return embedder.get()  # an unregistered version holds no chunks; the caller reports that
-    try:
-        return embedder.for_identity(record["fingerprint"]["embedder"], (record["recipe"] or {}).get("embedder"))
-    except ContextualError as exc:
-        raise refusal(f"cannot evaluate the {role} {index_version}: {exc}", exc) from None
 
 
 @dg.asset(
@@ -74,8 +61,7 @@ def retrieval_eval(
     gold = load_gold(gold_path)
     try:
         candidate = config.index_version or current_index_version(headers, embedder, parsing)
-        exceptions = gate.exceptions()
-        policy = gate.policy()
+        gate.exceptions(), gate.policy()  # a bad exceptions file or floor is refused before any search
         search = {"weights": gate.weights(), "reranker": reranker.get() if gate.rerank else None,
                   "rerank_candidates": reranker.candidates}
         if gate.rerank and search["reranker"] is None:
@@ -87,38 +73,26 @@ def retrieval_eval(
     if chunk_store.corpus.count_chunks(candidate) == 0:
         raise dg.Failure(description=f"index version {candidate} holds no chunks; ingest documents first")
     try:
-        report = evaluate(chunk_store, version_embedder(chunk_store, embedder, candidate, "candidate"), gold,
-                          candidate, **search)
-    except ContextualError as exc:  # e.g. the reranker is down: one line, not a traceback
-        raise refusal(f"cannot evaluate the candidate {candidate}: {exc}", exc) from None
-    production_version = chunk_store.aliases.get(gate.alias)
-    baseline = None
-    if production_version and production_version != candidate and chunk_store.corpus.count_chunks(production_version):
-        # Production scored with its own embedder against its own vectors, on the same gold.
-        try:
-            baseline = evaluate(chunk_store, version_embedder(chunk_store, embedder, production_version,
-                                                              "production"), gold, production_version, **search)
-        except ContextualError as exc:
-            raise refusal(f"cannot evaluate production {production_version}: {exc}", exc) from None
-        save_report(chunk_store, baseline)
-    coverage = coverage_of(chunk_store, candidate, live_documents(chunk_store, production_version))
-    short = coverage.share < gate.min_coverage or (gate.min_coverage >= 1.0 and not coverage.complete)
-    hint = f"CTX_GATE_MIN_COVERAGE {gate.min_coverage:g}; ingest them, or remove files that cannot be ingested"
-    blocking = [f"{coverage.summary()} ({hint})"] if short else []
-    record = chunk_store.corpus.index_version(candidate)
-    scope = ExceptionScope(index_version=candidate, evaluator_id=report.evaluator_id, today=date.today(),
-                           header_model=record["fingerprint"]["header_model"] if record else "")
-    decision = decide(report.rows(), baseline.rows() if baseline else None, policy, exceptions, scope=scope,
-                      blocking=blocking)
-    save_report(chunk_store, report, gate=decision.model_dump(mode="json"))
-    ranks = lambda r: {t.task_id: t.first_rank for t in r.tasks if t.mode == policy.mode and t.status == "living"}  # noqa: E731
-    regressions = worst_regressions(ranks(baseline), ranks(report), {t.id: t.query for t in gold.tasks}) if baseline else []
+        evaluation = evaluate_candidate(chunk_store, embedder, gold, candidate, gate, search)
+    except EvaluationRefused as exc:
+        raise refusal(str(exc), exc.cause) from None
+    metadata = evaluation_metadata(evaluation, gold, gate.policy().mode)
+    context.log.info(f"gate {'passed' if evaluation.decision.passed else 'FAILED'} for {candidate}: "
+                     f"{metadata['gate_reasons']}")
+    return dg.MaterializeResult(metadata=metadata)
+
+
+def evaluation_metadata(evaluation: CandidateEvaluation, gold: GoldSet, mode: str) -> dict:
+    """The materialization's metadata: the side-by-side table, the worst regressions, coverage, gold
+    health, and one numeric entry per mode and metric (the UI plots them over time)."""
+    report, baseline, decision, coverage = evaluation.report, evaluation.baseline, evaluation.decision, \
+        evaluation.coverage
     confusion, spread = section_diagnostics(report, gold)
-    metadata = {
+    return {
         "within_section_confusion": round(confusion, 4),
         "score_spread": round(spread, 6) if spread is not None else 0.0,
-        "candidate_version": candidate,
-        "production_version": production_version or "none",
+        "candidate_version": evaluation.candidate,
+        "production_version": evaluation.production_version or "none",
         "run_id": report.run_id,
         "evaluator_id": report.evaluator_id,
         "evaluator": dg.MetadataValue.json(report.evaluator),
@@ -126,7 +100,7 @@ def retrieval_eval(
         "gold_set": gold.name,
         "gold_sha256": gold.sha256[:16],
         "n_tasks": len(gold.tasks),
-        "n_living": report.metrics[policy.mode].n_queries,
+        "n_living": report.metrics[mode].n_queries,
         "n_stale": len(report.stale),
         "n_broken": len(report.broken),
         "unhealthy_share": round(report.unhealthy_share, 4),
@@ -135,11 +109,9 @@ def retrieval_eval(
         "gate_passed": decision.passed,
         "gate_reasons": "; ".join(decision.reasons) or "none",
         "comparison": dg.MetadataValue.md(comparison_table(report, baseline, decision)),
-        "worst_regressions": dg.MetadataValue.md(regressions_table(regressions)),
+        "worst_regressions": dg.MetadataValue.md(regressions_table(evaluation.regressions)),
         **metric_metadata(report),
     }
-    context.log.info(f"gate {'passed' if decision.passed else 'FAILED'} for {candidate}: {metadata['gate_reasons']}")
-    return dg.MaterializeResult(metadata=metadata)
 
 
 def _latest_eval(context, store: ChunkStoreResource) -> tuple[dict, dict]:
@@ -247,7 +219,7 @@ def promoted_index(context: dg.AssetExecutionContext, store: ChunkStoreResource,
     chunk_store = store.open()
     compared = metadata["production_version"] if metadata["production_version"] != "none" else None
     previous = chunk_store.aliases.set(gate.alias, candidate, reason=f"gate passed (eval run {run['run_id']})",
-                                     expected=compared)
+                                       expected=compared)
     history = chunk_store.aliases.history(gate.alias)
     return dg.MaterializeResult(metadata={
         "alias": gate.alias, "index_version": candidate, "previous_version": previous or "none",

@@ -8,6 +8,7 @@ failed; the others of the run stay materialized; the run fails).
 """
 
 import time
+from collections.abc import Iterator
 
 import dagster as dg
 
@@ -19,32 +20,14 @@ from contextual_assets.defs.resources import (
     ParsingResource,
 )
 from contextual_assets.errors import ContextualError
-from contextual_assets.fleet.vllm_metrics import MetricsSampler, MetricsTimeline
-from contextual_assets.headers.openai_source import HeaderRunStats, OpenAIHeaderSource
 from contextual_assets.ingest.concurrent import ConcurrentPipelines
-from contextual_assets.ingest.pipeline import (
-    DocumentJob,
-    DocumentPipeline,
-    PipelineSettings,
-    StageEvent,
-    mean_header_words,
-)
-from contextual_assets.lifecycle.build_targets import (
-    BuildTarget,
-    current_target,
-    production_target,
-)
+from contextual_assets.ingest.pipeline import PipelineSettings, StageEvent
+from contextual_assets.ingest.run_plan import CURRENT, RunPlan, plan_run, run_pipelines, uncommitted
 from contextual_assets.names import CHUNK_EMBEDDINGS, CHUNK_HEADERS, INGEST_GROUP, PARSED_CHUNKS
 from contextual_assets.settings import PlatformSettings, active_settings
 
+from .metadata import HeaderMetadata
 from .partitions import documents_partitions
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 class IngestConfig(dg.Config):
@@ -88,7 +71,7 @@ def build_ingest_assets(partitions_per_run: int, retries: int = PlatformSettings
         partitions_def=documents_partitions,
         can_subset=False,
         # Several documents per run: one process start-up, one fleet pool and one loaded embedder
-        # serve them all, and their header requests overlap (see README, "Throughput").
+        # serve them all, and their header requests overlap (see docs/fleet.md).
         backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=max(1, partitions_per_run)),
         description="Parse, header, embed and commit every document partition of the run, pipelined.",
         pool="ctx_ingest",
@@ -103,176 +86,122 @@ def build_ingest_assets(partitions_per_run: int, retries: int = PlatformSettings
         embedder: EmbedderResource,
         gate: EvalGateResource,
     ):
-        keys = list(context.partition_keys)
         chunk_store = store.open()
         try:
-            resolved, warning = headers.resolved_source()
-            current = current_target(headers, embedder, parsing, chunk_store)
             # While production differs from what the settings build, it gets every new or changed
             # document too, as long as its recorded recipe still builds it exactly.
-            fresh_target, lag_reason = production_target(current, gate.alias, chunk_store, headers, embedder, parsing)
+            plan = plan_run(chunk_store, headers, embedder, parsing, gate.alias)
         except ContextualError as exc:
             raise dg.Failure(description=f"header source: {exc}", allow_retries=False) from None
-        if context.retry_number > 0:
-            keys = uncommitted(chunk_store, keys, [t for t in (current, fresh_target) if t is not None])
-            context.log.info(f"retry {context.retry_number}: {len(keys)} of {len(context.partition_keys)} documents "
-                             "left; those the failed attempt committed keep their materializations")
-        for message in filter(None, [warning, *current.warnings]):
-            context.log.warning(message)
-        if lag_reason:
-            context.log.warning(f"{lag_reason}; this run's documents reach only {current.index_version}, and "
-                                f"`ctx status` lists what {gate.alias} misses")
-        source, version = current.header_source, current.index_version
-        fleet_capacity = 0
-        sampler = None
-        if isinstance(source, OpenAIHeaderSource):
-            fleet_capacity = sum(r.config.max_in_flight for r in source.fleet.replicas)
-            if headers.sample_metrics:
-                sampler = MetricsSampler([r.url for r in source.fleet.replicas], interval_s=0.1).start()
-
-        def header_metadata(job: DocumentJob, stats: HeaderRunStats | None) -> dict:
-            metadata = {
-                "header_source": resolved,
-                "header_model": source.identity["header_model"],
-                "prompt_version": source.identity["prompt_version"],
-                "source_warning": warning or "none",
-                "chunks": len(job.doc.chunks),
-                "mean_header_words": mean_header_words(job),
-                "index_version": version,
-                "headers_s": round(job.headers_finished - job.headers_started, 3),
-            }
-            if isinstance(source, OpenAIHeaderSource) and stats is not None:
-                metadata.update(fleet_metadata(source, stats))
-            if sampler is not None:
-                # vLLM /metrics while this document's headers were generated, one row per second.
-                metadata["fleet_timeline"] = dg.MetadataValue.json(
-                    timeline_window(sampler.timeline, job.headers_started, job.headers_finished))
-            first = next((r.header for r in job.headers if r is not None and r.header), "")
-            if first:
-                metadata["example_header"] = first
-            return metadata
-
-        settings = PipelineSettings(
-            max_documents_in_flight=config.max_documents_in_flight,
-            chunks_in_flight=max(16, int(config.fleet_queue_factor * fleet_capacity)) if fleet_capacity else 4096,
-            embed_batch_max=config.embed_batch_max,
-        )
-
-        def pipeline_for(target: BuildTarget, on_headers=None) -> DocumentPipeline:
-            return DocumentPipeline(
-                store=chunk_store, counter=parsing.counter(), chunk_tokens=target.chunk_tokens,
-                max_bytes=int(parsing.max_file_mb * 1_000_000), max_pdf_pages=parsing.max_pdf_pages,
-                header_source=target.header_source, context_tokens=target.context_tokens, embedder=target.embedder,
-                index_version=target.index_version, fingerprint=target.fingerprint, recipe=target.recipe,
-                header_metadata=on_headers, settings=settings,
-            )
-
-        runs = ConcurrentPipelines()
-        runs.add("current", pipeline_for(current, header_metadata), keys)
-        if fresh_target is not None:
-            # Same headers: production's pass comes after, from the header cache, at no LLM cost; other
-            # headers: both fleets work at once.
-            same_headers = fresh_target.header_source.identity == source.identity
-            runs.add(gate.alias, pipeline_for(fresh_target), keys, after="current" if same_headers else None)
-        production_update = (f"scheduled in this run ({fresh_target.index_version}; see its observation)"
-                             if fresh_target is not None
-                             else f"not built: {lag_reason}" if lag_reason else "none (production is this version)")
+        keys = documents_to_do(context, plan, chunk_store)
+        describe = HeaderMetadata(plan, sample_metrics=headers.sample_metrics)
+        runs = run_pipelines(plan, keys, chunk_store, parsing, pipeline_settings(config, describe.fleet_capacity),
+                             header_metadata=describe)
         started = time.monotonic()
-        failures: dict[str, StageEvent] = {}
-        fresh_failures: dict[str, str] = {}
-        committed = fresh_committed = 0
+        outcome = RunOutcome()
         try:
-            for role, event in runs.events():
-                if role != "current":
-                    if event.kind == "committed":
-                        fresh_committed += 1
-                        yield dg.AssetObservation(asset_key=CHUNK_EMBEDDINGS, partition=event.key, metadata={
-                            "index_version": event.metadata["index_version"], "role": role,
-                            "chunks": event.metadata["chunks"], "note": f"kept {role} fresh"})
-                    elif event.kind == "failed":
-                        fresh_failures[event.key] = str(event.error)
-                        yield dg.AssetObservation(asset_key=CHUNK_EMBEDDINGS, partition=event.key, metadata={
-                            "index_version": fresh_target.index_version, "role": role,
-                            "note": f"{role} not updated: {event.error}"})
-                    continue
-                if event.kind == "warning":
-                    context.log.warning(event.error or "")
-                elif event.kind == "failed":
-                    failures[event.key] = event
-                    context.log.error(f"{event.key}: {event.stage or 'ingest'} failed: {event.error}")
-                    # Per document, queryable by run (the inbox sensor retries only what may pass).
-                    yield dg.AssetObservation(asset_key=ASSET_OF_STAGE["committed"], partition=event.key, metadata={
-                        FAILED_STAGE: event.stage or "ingest", RETRYABLE: event.retryable,
-                        "error": (event.error or "")[:500]})
-                else:
-                    committed += event.kind == "committed"
-                    metadata = event.metadata
-                    if event.kind == "committed":
-                        metadata = {**metadata, f"{gate.alias}_update": production_update}
-                    yield dg.AssetMaterialization(asset_key=ASSET_OF_STAGE[event.kind], partition=event.key,
-                                                  metadata=metadata)
+            yield from dagster_events(runs, plan, outcome, context.log)
         finally:
             runs.cancel()
-            if sampler is not None:
-                sampler.stop()
-        context.log.info(f"{committed} of {len(keys)} documents committed to {version} in "
-                         f"{time.monotonic() - started:.1f} s")
-        if fresh_target is not None:
-            lost = {k: e for k, e in fresh_failures.items() if k not in failures}
-            context.log.info(f"{fresh_committed} of {len(keys)} documents also committed to {gate.alias} "
-                             f"({fresh_target.index_version})")
-            for key, error in sorted(lost.items()):
-                context.log.warning(f"{key}: {gate.alias} ({fresh_target.index_version}) was not updated: {error}")
-        if failures:
-            first = next(iter(failures.values()))
-            raise dg.Failure(
-                description=(f"{len(failures)} of {len(keys)} documents failed; first: {first.key}: {first.error}"
-                             if len(keys) > 1 else str(first.error)),
-                metadata={"failed_documents": dg.MetadataValue.json(
-                    {key: {"stage": e.stage, "error": e.error} for key, e in sorted(failures.items())})},
-                # Parse errors and stale sources need the user; fleet or store outages may pass.
-                allow_retries=any(e.retryable for e in failures.values()),
-            )
+            describe.stop()
+        report(context, plan, keys, outcome, time.monotonic() - started)
 
     return ingest_document_partitions
 
 
-def uncommitted(chunk_store, keys: list[str], targets: list[BuildTarget]) -> list[str]:
-    """`keys` less the documents stored at every target version from their registered revision: what a
-    retry of the step still has to do (an attempt commits document by document)."""
-    registered = {s.doc_id: s.file_hash for s in chunk_store.corpus.list_sources()}
-    held = [{d.doc_id: d.file_hash for d in chunk_store.corpus.documents(t.index_version)} for t in targets]
-    return [k for k in keys if not all(k in h and h[k] == registered.get(k) for h in held)]
+def documents_to_do(context: dg.AssetExecutionContext, plan: RunPlan, chunk_store) -> list[str]:
+    """The run's documents (a retry skips those the failed attempt committed); logs the plan's warnings."""
+    keys = list(context.partition_keys)
+    if context.retry_number > 0:
+        keys = uncommitted(chunk_store, keys, plan.targets)
+        context.log.info(f"retry {context.retry_number}: {len(keys)} of {len(context.partition_keys)} documents "
+                         "left; those the failed attempt committed keep their materializations")
+    for message in filter(None, [plan.source_warning, *plan.current.warnings]):
+        context.log.warning(message)
+    if plan.lag_reason:
+        context.log.warning(f"{plan.lag_reason}; this run's documents reach only {plan.current.index_version}, and "
+                            f"`ctx status` lists what {plan.alias} misses")
+    return keys
 
 
-def timeline_window(timeline: MetricsTimeline, start: float, end: float) -> list[dict]:
-    first, last = int(start - timeline.started), int(end - timeline.started)
-    return [row for row in timeline.per_second() if first <= row["t"] <= last]
+def pipeline_settings(config: IngestConfig, fleet_capacity: int) -> PipelineSettings:
+    return PipelineSettings(
+        max_documents_in_flight=config.max_documents_in_flight,
+        chunks_in_flight=max(16, int(config.fleet_queue_factor * fleet_capacity)) if fleet_capacity else 4096,
+        embed_batch_max=config.embed_batch_max,
+    )
 
 
-def fleet_metadata(source: OpenAIHeaderSource, stats: HeaderRunStats) -> dict:
-    sent = sum(stats.per_replica.values())
-    return {
-        "served_model": source.model,
-        "model_revision": source.revision or "unpinned",
-        "requests": stats.requests,
-        "batch_requests": stats.batch_requests,
-        "batch_fallbacks": stats.batch_fallbacks,
-        "cache_hits": stats.cache_hits,
-        "retries": stats.retries,
-        "failovers": stats.failovers,
-        "hedges": stats.hedges,
-        "hedge_wins": stats.hedge_wins,
-        "prompt_tokens": stats.prompt_tokens,
-        "completion_tokens": stats.completion_tokens,
-        "trimmed_contexts": stats.trimmed_contexts,
-        "latency_p50_s": round(_percentile(stats.latencies, 0.5), 4),
-        "latency_p95_s": round(_percentile(stats.latencies, 0.95), 4),
-        "replica_share": dg.MetadataValue.json(
-            {url: round(n / sent, 4) for url, n in sorted(stats.per_replica.items())} if sent else {}
-        ),
-        "context_limit": source.fleet.context_limit or 0,
-    }
+class RunOutcome:
+    """What the run's events said, per document."""
+
+    def __init__(self) -> None:
+        self.failures: dict[str, StageEvent] = {}
+        self.fresh_failures: dict[str, str] = {}
+        self.committed = 0
+        self.fresh_committed = 0
+
+
+def dagster_events(runs: ConcurrentPipelines, plan: RunPlan, outcome: RunOutcome, log) -> Iterator:
+    """The pipelines' events as Dagster materializations (the current version) and observations
+    (production kept fresh, and failed documents, queryable by run)."""
+    production_update = plan.production_update()
+    for role, event in runs.events():
+        if role != CURRENT:
+            yield from fresh_events(role, event, plan, outcome)
+        elif event.kind == "warning":
+            log.warning(event.error or "")
+        elif event.kind == "failed":
+            outcome.failures[event.key] = event
+            log.error(f"{event.key}: {event.stage or 'ingest'} failed: {event.error}")
+            # Per document, queryable by run (the inbox sensor retries only what may pass).
+            yield dg.AssetObservation(asset_key=ASSET_OF_STAGE["committed"], partition=event.key, metadata={
+                FAILED_STAGE: event.stage or "ingest", RETRYABLE: event.retryable,
+                "error": (event.error or "")[:500]})
+        else:
+            outcome.committed += event.kind == "committed"
+            metadata = event.metadata
+            if event.kind == "committed":
+                metadata = {**metadata, f"{plan.alias}_update": production_update}
+            yield dg.AssetMaterialization(asset_key=ASSET_OF_STAGE[event.kind], partition=event.key,
+                                          metadata=metadata)
+
+
+def fresh_events(role: str, event: StageEvent, plan: RunPlan, outcome: RunOutcome) -> Iterator:
+    if event.kind == "committed":
+        outcome.fresh_committed += 1
+        yield dg.AssetObservation(asset_key=CHUNK_EMBEDDINGS, partition=event.key, metadata={
+            "index_version": event.metadata["index_version"], "role": role,
+            "chunks": event.metadata["chunks"], "note": f"kept {role} fresh"})
+    elif event.kind == "failed":
+        outcome.fresh_failures[event.key] = str(event.error)
+        yield dg.AssetObservation(asset_key=CHUNK_EMBEDDINGS, partition=event.key, metadata={
+            "index_version": plan.fresh.index_version, "role": role,
+            "note": f"{role} not updated: {event.error}"})
+
+
+def report(context: dg.AssetExecutionContext, plan: RunPlan, keys: list[str], outcome: RunOutcome,
+           elapsed_s: float) -> None:
+    """The run's summary in its log; a failure naming every failed document when any failed."""
+    context.log.info(f"{outcome.committed} of {len(keys)} documents committed to {plan.current.index_version} in "
+                     f"{elapsed_s:.1f} s")
+    if plan.fresh is not None:
+        lost = {k: e for k, e in outcome.fresh_failures.items() if k not in outcome.failures}
+        context.log.info(f"{outcome.fresh_committed} of {len(keys)} documents also committed to {plan.alias} "
+                         f"({plan.fresh.index_version})")
+        for key, error in sorted(lost.items()):
+            context.log.warning(f"{key}: {plan.alias} ({plan.fresh.index_version}) was not updated: {error}")
+    if outcome.failures:
+        failures = outcome.failures
+        first = next(iter(failures.values()))
+        raise dg.Failure(
+            description=(f"{len(failures)} of {len(keys)} documents failed; first: {first.key}: {first.error}"
+                         if len(keys) > 1 else str(first.error)),
+            metadata={"failed_documents": dg.MetadataValue.json(
+                {key: {"stage": e.stage, "error": e.error} for key, e in sorted(failures.items())})},
+            # Parse errors and stale sources need the user; fleet or store outages may pass.
+            allow_retries=any(e.retryable for e in failures.values()),
+        )
 
 
 @dg.definitions

@@ -41,8 +41,8 @@ from pathlib import Path
 from contextual_assets.parsing import parse_file
 from contextual_assets.parsing.blocks import Block
 
-from .gold_set import Evidence, GoldTask, normalise
-from .needle_facts import FactMaker
+from eval_assets.gold.gold_set import Evidence, GoldTask, normalise
+from bench.needle_facts import FactMaker
 
 __all__ = ["STRATA", "build_needle_set", "section_path_from_notes"]
 

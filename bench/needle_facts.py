@@ -12,7 +12,7 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .gold_set import normalise
+from eval_assets.gold.gold_set import normalise
 
 __all__ = ["Fact", "FactMaker"]
 

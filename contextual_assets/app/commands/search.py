@@ -1,0 +1,102 @@
+"""`ctx search`: through the search service at CTX_SEARCH_URL when set (this process then loads neither
+torch nor Dagster, nor the store), else in this process."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from pydantic import ValidationError
+
+from contextual_assets.app.cli import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from contextual_assets.names import PRODUCTION_ALIAS
+from contextual_assets.serving.api import SearchRequest, SearchResponse
+from contextual_assets.serving.client import SearchClient, SearchServiceError, SearchServiceUnavailable
+from contextual_assets.settings import PlatformSettings
+
+# Search answers that mean the request or the settings must change (exit 2), not that nothing was found.
+_USAGE_STATUSES = (400, 401, 403, 413, 422)
+# Search answers from a service that is up while what it needs is not (e.g. the reranker).
+_UNAVAILABLE_STATUSES = (502, 503, 504)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("query", help="the question or keywords to search for")
+    parser.add_argument("-k", type=int, default=5, help="how many hits to show (default: 5)")
+    parser.add_argument("--mode", choices=["hybrid", "dense", "lexical"], default="hybrid",
+                        help="dense + lexical fused by reciprocal rank (default), or one of them")
+    parser.add_argument("--version", default="", help=f"index version (default: the '{PRODUCTION_ALIAS}' alias, "
+                        "else the one current settings build)")
+    parser.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None,
+                        help="rerank the fused candidates (default: on when CTX_RERANK_BASE_URL or "
+                             "CTX_RERANK_MODEL_DIR is set)")
+    parser.add_argument("--json", action="store_true", help="print the hits as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = PlatformSettings.from_env()
+    try:
+        request = SearchRequest(query=args.query, k=args.k, mode=args.mode, version=args.version or None,
+                                rerank=args.rerank)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        print(f"error: {'.'.join(map(str, first['loc']))}: {first['msg']}", file=sys.stderr)
+        return EXIT_USAGE
+    response = _search_remote(settings, request) if settings.search_url else _search_here(settings, request)
+    if isinstance(response, int):
+        return response
+    hits = response.hits
+    if args.json:
+        print(json.dumps([h.model_dump() for h in hits], indent=2, ensure_ascii=False))
+        return EXIT_OK
+    for h in hits:
+        pages = f" p.{h.page_start}" + (f"-{h.page_end}" if h.page_end and h.page_end != h.page_start else "") \
+            if h.page_start else ""
+        section = " > ".join(h.section_path) or "-"
+        print(f"{h.rank:2d}. [{h.score:.4f}] {h.document}{pages} :: {section}")
+        if h.header:
+            print(f"    header: {h.header}")
+        snippet = " ".join(h.text.split())
+        print(f"    {snippet[:240]}{'...' if len(snippet) > 240 else ''}")
+    if not hits:
+        print("no results", file=sys.stderr)
+    return EXIT_OK
+
+
+def _search_remote(settings: PlatformSettings, request: SearchRequest) -> SearchResponse | int:
+    """The running service's answer, or the exit code of its refusal (said on stderr)."""
+    try:
+        client = SearchClient(settings.search_url, os.environ.get(settings.search_token_env) or None)
+        return client.search(request)
+    except SearchServiceUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except SearchServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return search_exit(exc.status)
+
+
+def _search_here(settings: PlatformSettings, request: SearchRequest) -> SearchResponse | int:
+    """The answer of a search service built in this process, or the exit code of its refusal."""
+    # Imported here, not at the top: it loads the store (DuckDB, numpy), which a search through a
+    # running service (`_search_remote`) never needs.
+    from contextual_assets.serving.service import SearchError, service_from_settings
+
+    service = service_from_settings(settings)
+    try:
+        return service.search(request)
+    except SearchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return search_exit(exc.status)
+    finally:
+        service.store.close()
+
+
+def search_exit(status: int | None) -> int:
+    """A refused search's exit code: no status (a bad URL or token) or a request/setting to change: 2; a
+    dependency of the service down: 3; anything else (e.g. no such version): 1."""
+    if status is None or status in _USAGE_STATUSES:
+        return EXIT_USAGE
+    return EXIT_UNAVAILABLE if status in _UNAVAILABLE_STATUSES else EXIT_FAILED

@@ -1,0 +1,45 @@
+"""`ctx serve`: the search service over HTTP, in this process."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import uvicorn
+
+from contextual_assets.app.cli import EXIT_OK
+from contextual_assets.serving.app import create_app
+from contextual_assets.serving.service import service_from_settings
+from contextual_assets.settings import PlatformSettings
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="", help="address to bind (default: CTX_SERVE_HOST, 127.0.0.1)")
+    parser.add_argument("--port", type=_port, default=0, help="port (default: CTX_SERVE_PORT, 8765)")
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1 to 65535)")
+    return int(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = PlatformSettings.from_env()
+    token = os.environ.get(settings.search_token_env) or None
+    host = args.host or settings.serve_host
+    port = args.port or settings.serve_port
+    service = service_from_settings(settings, vectors_in_memory=True)
+    if host not in LOOPBACK and not token:
+        print(f"warning: serving on {host} without a token; set {settings.search_token_env} to require one",
+              file=sys.stderr)
+    default = service.default_version()
+    print(f"serving {service.store.location} on http://{host}:{port} "
+          f"({service.alias} -> {service.production() or 'not set'}; default {default or 'none'}; "
+          f"token {'required' if token else 'off'})", file=sys.stderr, flush=True)
+    app = create_app(service, token=token, max_request_bytes=settings.serve_max_request_bytes)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    return EXIT_OK

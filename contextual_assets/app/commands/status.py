@@ -1,0 +1,59 @@
+"""`ctx status`: prints `contextual_assets.lifecycle.status.deployment_status`, as a table or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from contextual_assets.app.cli import EXIT_OK
+from contextual_assets.lifecycle.status import DeploymentStatus, deployment_status
+from contextual_assets.names import PRODUCTION_ALIAS
+from contextual_assets.platform import Platform
+from contextual_assets.settings import PlatformSettings
+
+_WIDTH = 22  # the label column
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the status as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    status = deployment_status(Platform(PlatformSettings.from_env()))
+    if args.json:
+        print(json.dumps(status.model_dump(), indent=2))
+        return EXIT_OK
+    summary = status.model_dump()
+    for key in ("store", "schema_version", "inbox", "header_source", "current_index_version", "production", "sources"):
+        print(f"{key:{_WIDTH}s} {summary[key]}")
+    if status.header_warning:
+        print(f"{'note':{_WIDTH}s} {status.header_warning}")
+    if status.lag is not None and not status.lag.complete:
+        print(f"{'production lag':{_WIDTH}s} {status.lag.summary(PRODUCTION_ALIAS)}")
+    if status.candidate is not None:
+        cov = status.candidate["coverage"]
+        print(f"{'candidate':{_WIDTH}s} {status.current_index_version} covers {cov['covered']}/{cov['live']} live "
+              "(`ctx eval` promotes it if the gate passes)")
+    _print_versions(status)
+    _print_fleet(status)
+    return EXIT_OK
+
+
+def _print_versions(status: DeploymentStatus) -> None:
+    for v in status.index_versions:
+        fp, cov = v["fingerprint"], v["coverage"]
+        role = " [production]" if v["index_version"] == status.production \
+            else " [candidate]" if v["index_version"] == status.current_index_version else ""
+        print(f"  {v['index_version']}  {v['documents']:4d} docs {v['chunks']:6d} chunks  "
+              f"{fp['header_source']}/{fp['header_model']} {fp['embedder']} {fp['chunker']}  "
+              f"covers {cov['covered']}/{cov['live']} live{role}")
+
+
+def _print_fleet(status: DeploymentStatus) -> None:
+    for replica in status.fleet or []:
+        if replica["reachable"]:
+            load = (f"  running {replica['running']:g} waiting {replica['waiting']:g}"
+                    if replica["running"] is not None and replica["waiting"] is not None else "")
+            print(f"{'fleet':{_WIDTH}s} {replica['base_url']}  up  {', '.join(replica['models']) or 'no models'}{load}")
+        else:
+            print(f"{'fleet':{_WIDTH}s} {replica['base_url']}  DOWN  {replica['error']}")

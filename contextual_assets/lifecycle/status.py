@@ -1,0 +1,74 @@
+"""Where a deployment stands (`ctx status`): the store, the settings' current index version, production
+and what it lags behind, every version with its coverage, the candidate, and the header fleet's health."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from contextual_assets.errors import ContextualError
+from contextual_assets.fleet.health import fleet_health
+from contextual_assets.names import PRODUCTION_ALIAS
+from contextual_assets.parsing.objects import is_object_url, local_location
+from contextual_assets.platform import Platform
+
+from .coverage import VersionCoverage, coverage_of, live_documents, production_lag
+
+
+class DeploymentStatus(BaseModel):
+    """`ctx status --json` is `model_dump()`: the fields in this order (`lag` is not part of it)."""
+
+    store: str
+    schema_version: int
+    inbox: str
+    header_source: str
+    header_warning: str | None
+    current_index_version: str | None
+    production: str | None
+    # The candidate: what the current settings build, while it is not what production serves.
+    candidate: dict[str, Any] | None
+    sources: int
+    # What production misses of the registered documents (ingest keeps it fresh while it can).
+    production_lag: dict[str, Any] | None
+    index_versions: list[dict[str, Any]]
+    fleet: list[dict[str, Any]] | None
+    lag: VersionCoverage | None = Field(default=None, exclude=True)  # production_lag, with its summary
+
+
+def deployment_status(platform: Platform) -> DeploymentStatus:
+    """The status of the deployment `platform` configures. Opening the store is the first thing it does
+    (a database that is down raises); a header fleet that is down leaves the current version unknown,
+    with a warning, since the rest still helps."""
+    store = platform.store
+    source, warning = platform.headers.resolved_source()
+    try:
+        current = platform.current_index_version()
+    except ContextualError as exc:  # e.g. the fleet is down
+        current, warning = None, f"current index version unknown: {exc}"
+    production = store.aliases.get(PRODUCTION_ALIAS)
+    live = live_documents(store, production)
+    versions = store.corpus.index_versions()
+    for version in versions:
+        version["coverage"] = coverage_of(store, version["index_version"], live).metadata()
+    lag = production_lag(store)
+    candidate = None
+    if current is not None and current != production:
+        candidate = {"index_version": current, "coverage": coverage_of(store, current, live).metadata()}
+    inbox = platform.settings.inbox
+    return DeploymentStatus(
+        store=store.location,
+        schema_version=store.schema_version(),
+        inbox=inbox if is_object_url(inbox) else os.path.abspath(local_location(inbox)),
+        header_source=source,
+        header_warning=warning,
+        current_index_version=current,
+        production=production,
+        candidate=candidate,
+        sources=len(store.corpus.list_sources()),
+        production_lag=lag.metadata() | {"index_version": lag.index_version} if lag is not None else None,
+        index_versions=versions,
+        fleet=fleet_health(platform.headers) if source == "openai" else None,
+        lag=lag,
+    )
