@@ -261,7 +261,7 @@ def run_store(backend: str, corpus: Corpus, per_doc: int, queries: np.ndarray, q
         if deferred:
             # Bulk path: rows still go through replace_document (COPY, one transaction per document),
             # but the HNSW index is built once after the load instead of maintained row by row.
-            store._indexed_dims.add(corpus.dim)
+            store.backend._indexed_dims.add(corpus.dim)
         load_s = build_s = 0.0
         t_build = time.perf_counter()
         for record, chunks in documents(corpus, per_doc):
@@ -275,13 +275,13 @@ def run_store(backend: str, corpus: Corpus, per_doc: int, queries: np.ndarray, q
                         "build_chunk_objects_s": round(build_s, 1),
                         "load_path": "replace_document, HNSW index built after" if deferred else "replace_document"}
         if deferred:
-            store._indexed_dims.discard(corpus.dim)
+            store.backend._indexed_dims.discard(corpus.dim)
             t0 = time.perf_counter()
-            store._ensure_hnsw(corpus.dim)
+            store.backend._ensure_hnsw(corpus.dim)
             result["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
         if backend == "postgres":
             t0 = time.perf_counter()
-            with store._pool.connection() as conn:
+            with store.backend._pool.connection() as conn:
                 conn.execute("ANALYZE ctx_chunks")
             result["analyze_s"] = round(time.perf_counter() - t0, 2)
             plan = "\n".join(r[0] for r in store.backend.query(
@@ -312,7 +312,7 @@ def run_store(backend: str, corpus: Corpus, per_doc: int, queries: np.ndarray, q
                          range(len(queries)))
         result["hybrid"] = {"p50_ms": ms(percentile(times, 50)), "p95_ms": ms(percentile(times, 95))}
         if backend == "postgres":
-            result["ef_search_default"] = getattr(store, "ef_search", None)
+            result["ef_search_default"] = getattr(store.backend, "ef_search", None)
             result["ef_sweep"] = ef_sweep_results(store, queries, truth, per_doc, ef_sweep)
         # Steady state: a few more documents written through replace_document into the full store
         # (on Postgres with the HNSW index live), under another index version so searches above are unaffected.
@@ -341,7 +341,7 @@ def ef_sweep_results(store, queries: np.ndarray, truth: list[set[int]], per_doc:
     sql = (f"SELECT doc_id, ordinal FROM ctx_chunks WHERE embedding_dim = {dim} AND index_version = %s "
            f"ORDER BY embedding::vector({dim}) <=> %s::vector({dim}) LIMIT %s")
     out = []
-    with store._pool.connection() as conn:
+    with store.backend._pool.connection() as conn:
         for ef in values:
             found, times = [], []
             for q in queries:

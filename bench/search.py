@@ -61,7 +61,7 @@ def load_store(backend: str, corpus: Corpus, url: str | None, workdir: Path) -> 
     out: dict = {}
     try:
         if backend == "postgres":
-            store._indexed_dims.add(corpus.dim)  # bulk load: the HNSW index is built once, after (as bench.load)
+            store.backend._indexed_dims.add(corpus.dim)  # bulk load: the HNSW index is built once, after (as bench.load)
         for version, limit in ((BIG, None), (SMALL, SMALL_CHUNKS)):
             store.corpus.register_index_version(version, fingerprint, {"embedder": embedders.recipe()})
             t0 = time.perf_counter()
@@ -69,10 +69,10 @@ def load_store(backend: str, corpus: Corpus, url: str | None, workdir: Path) -> 
                 store.corpus.replace_document(record, chunks)
             out[f"load_{'big' if version == BIG else 'small'}_s"] = round(time.perf_counter() - t0, 1)
         if backend == "postgres":
-            store._indexed_dims.discard(corpus.dim)
+            store.backend._indexed_dims.discard(corpus.dim)
             t0 = time.perf_counter()
-            store._ensure_hnsw(corpus.dim)
-            with store._pool.connection() as conn:
+            store.backend._ensure_hnsw(corpus.dim)
+            with store.backend._pool.connection() as conn:
                 conn.execute("ANALYZE")
             out["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
         out["chunks"] = store.corpus.count_chunks(BIG)

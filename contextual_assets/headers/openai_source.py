@@ -20,7 +20,7 @@ from ..fleet.pool import HeaderFleet
 from ..fleet.types import FleetCounters, FleetRequest, FleetResult
 from .base import HeaderRequest, HeaderResult, HeaderSource
 from .budget import FittedPrompt, estimate_tokens, fit_prompt
-from .cache import header_cache_key
+from .cache_key import header_cache_key
 from .prompt import PromptTemplate, escape_data
 from .validation import validate_header
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from contextual_assets.errors import ContextualError, DocumentError
 from contextual_assets.ingest.document_keys import key_for_path, partition_key_for
-from contextual_assets.parsing import SUPPORTED_EXTENSIONS
+from contextual_assets.ingest.file_selection import is_hidden, unsupported
 from contextual_assets.parsing.objects import (
     SourceUnavailableError,
     filesystem_for,
@@ -23,7 +23,6 @@ from contextual_assets.parsing.objects import (
     one_line,
 )
 
-_ACCEPTED = frozenset(SUPPORTED_EXTENSIONS)  # exactly what `ctx ingest` takes from a folder
 
 
 class InboxUnavailable(ContextualError):
@@ -48,14 +47,6 @@ class RefusedFile(BaseModel):
 class Listing(BaseModel):
     files: dict[str, ListedFile] = Field(default_factory=dict)  # by path
     refused: dict[str, RefusedFile] = Field(default_factory=dict)  # by path; hidden files are skipped silently
-
-
-def unsupported(path: str) -> str | None:
-    """Why a file of this type is not taken, or None (the rule `ctx ingest` applies to a folder)."""
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix in _ACCEPTED:
-        return None
-    return f"{path}: unsupported file type '{suffix or '(none)'}', skipped (supported: {', '.join(SUPPORTED_EXTENSIONS)})"
 
 
 def _add(listing: Listing, keys: dict[str, str], item: ListedFile) -> None:
@@ -96,7 +87,7 @@ class LocalInbox:
             return  # vanished or unreadable folder: its files are checked one by one when removed
         subdirs = []
         for item in entries:
-            if item.name.startswith("."):
+            if is_hidden(item.name):
                 continue
             if item.is_dir(follow_symlinks=False):
                 subdirs.append(item)
@@ -160,7 +151,7 @@ class ObjectInbox:
             relative = name[len(root):].lstrip("/") if name.startswith(root) else ""
             if not relative or name.endswith("/") or info.get("type", "file") != "file":
                 continue  # the prefix itself, "folder" marker objects
-            if any(part.startswith(".") for part in relative.split("/")):
+            if is_hidden(relative):
                 continue
             url = fs.unstrip_protocol(name)
             size, mtime_ns = int(info.get("size") or 0), object_mtime_ns(info)

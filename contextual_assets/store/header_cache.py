@@ -9,7 +9,7 @@ from .backend import Backend, utc_now, write_transaction
 
 
 class HeaderCache(Protocol):
-    """Headers by cache key (see headers.cache for the key)."""
+    """Headers by cache key (see headers/cache_key.py for the key)."""
 
     def cached_headers(self, keys: Sequence[str]) -> dict[str, str]: ...
     def cache_headers(self, items: Sequence[tuple[str, str, str]]) -> None: ...
@@ -22,7 +22,7 @@ class HeaderCacheTable:
         self._backend = backend
 
     def cached_headers(self, keys: Sequence[str]) -> dict[str, str]:
-        """Headers already generated for these cache keys (see headers.cache for the key)."""
+        """Headers already generated for these cache keys (see headers/cache_key.py for the key)."""
         found: dict[str, str] = {}
         unique = list(dict.fromkeys(keys))
         for start in range(0, len(unique), 500):

@@ -101,15 +101,20 @@ class PostgresBackend(Backend):
 
     def prepare_vectors(self, dims: set[int]) -> None:
         """An HNSW index per embedding dimension, created before the first commit of that dimension."""
-        for dim in sorted(dims - self._indexed_dims):
-            with self._pool.connection() as conn:
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK + dim,))
-                    conn.execute(
-                        f"CREATE INDEX IF NOT EXISTS ctx_chunks_hnsw_{int(dim)} ON ctx_chunks USING hnsw "
-                        f"((embedding::vector({int(dim)})) vector_cosine_ops) WHERE embedding_dim = {int(dim)}"
-                    )
-            self._indexed_dims.add(dim)
+        for dim in dims:
+            self._ensure_hnsw(dim)
+
+    def _ensure_hnsw(self, dim: int) -> None:
+        if dim in self._indexed_dims:
+            return
+        with self._pool.connection() as conn:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK + dim,))
+                conn.execute(
+                    f"CREATE INDEX IF NOT EXISTS ctx_chunks_hnsw_{int(dim)} ON ctx_chunks USING hnsw "
+                    f"((embedding::vector({int(dim)})) vector_cosine_ops) WHERE embedding_dim = {int(dim)}"
+                )
+        self._indexed_dims.add(dim)
 
     def insert_chunks(self, cursor: Any, chunks: list[EmbeddedChunk], index_version: str) -> None:
         if not chunks:

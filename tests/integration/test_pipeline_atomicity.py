@@ -184,15 +184,15 @@ def test_killed_pipelined_run_leaves_only_whole_documents(backend, tmp_path, req
 
         store = open_store(database_url or None, tmp_path / ".ctx" / "index.duckdb")
         try:
-            documents = {d.doc_id: d for d in store.documents()}
+            documents = {d.doc_id: d for d in store.corpus.documents()}
             # Only whole documents, exactly the materialized ones: nothing half-written, nothing orphaned.
             assert set(documents) == materialized
             for key, record in documents.items():
                 assert record.n_chunks == expected[key]
-                rows = [c for c in store.chunks(record.index_version) if c.doc_id == key]
+                rows = [c for c in store.corpus.chunks(record.index_version) if c.doc_id == key]
                 assert sorted(c.ordinal for c in rows) == list(range(expected[key]))
-            assert store.count_chunks() == sum(expected[k] for k in documents)
-            committed_chunks = store.count_chunks()
+            assert store.corpus.count_chunks() == sum(expected[k] for k in documents)
+            committed_chunks = store.corpus.count_chunks()
         finally:
             store.close()
 
@@ -206,8 +206,8 @@ def test_killed_pipelined_run_leaves_only_whole_documents(backend, tmp_path, req
         assert len(headered) >= len(materialized)
         store = open_store(database_url or None, tmp_path / ".ctx" / "index.duckdb")
         try:
-            assert {d.doc_id: d.n_chunks for d in store.documents()} == expected
-            assert store.count_chunks() == sum(expected.values())
+            assert {d.doc_id: d.n_chunks for d in store.corpus.documents()} == expected
+            assert store.corpus.count_chunks() == sum(expected.values())
         finally:
             store.close()
     finally:

@@ -12,7 +12,7 @@ from contextual_assets.fleet.discovery import ModelDiscovery, ServedModel
 from contextual_assets.fleet.vllm_metrics import parse_vllm_metrics
 from contextual_assets.headers.base import HeaderRequest
 from contextual_assets.headers.budget import ChunkTooLargeError, fit_prompt
-from contextual_assets.headers.cache import header_cache_key
+from contextual_assets.headers.cache_key import header_cache_key
 from contextual_assets.headers.prompt import load_prompt
 from contextual_assets.models import Chunk, content_hash
 from contextual_assets.parsing.tokens import token_counter
