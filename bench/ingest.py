@@ -338,7 +338,7 @@ def header_source(fleet, counter, store=None):
     from contextual_assets.headers.prompt import DEFAULT_PROMPT, load_prompt
 
     return OpenAIHeaderSource(fleet, load_prompt(DEFAULT_PROMPT), counter,
-                              store=store.header_cache if store is not None else None)
+                              header_cache=store.header_cache if store is not None else None)
 
 
 def chunk_requests(doc, counter, settings, source, context_limit: int | None) -> list[tuple]:

@@ -135,7 +135,7 @@ def openai_header_source(config: FleetConfig, prompt: str, batch_prompt: str, ma
     """Headers from the fleet `config` describes (its process-wide pool), with the named prompts."""
     batch = load_prompt(batch_prompt) if config.batch_size > 1 else None
     return OpenAIHeaderSource(
-        get_fleet(config), load_prompt(prompt), counter, store=store.header_cache if store is not None else None,
+        get_fleet(config), load_prompt(prompt), counter, header_cache=store.header_cache if store is not None else None,
                               max_output_tokens=config.max_output_tokens,
         max_header_tokens=max_header_tokens, batch_size=config.batch_size, batch_prompt=batch,
         revision=config.revision,

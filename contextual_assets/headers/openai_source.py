@@ -18,6 +18,7 @@ from contextual_assets.parsing.tokens import TokenCounter
 from ..errors import HeaderGenerationError
 from ..fleet.pool import HeaderFleet
 from ..fleet.types import FleetCounters, FleetRequest, FleetResult
+from ..store.header_cache import HeaderCache
 from .base import HeaderRequest, HeaderResult, HeaderSource
 from .budget import FittedPrompt, estimate_tokens, fit_prompt
 from .cache_key import header_cache_key
@@ -110,7 +111,7 @@ class OpenAIHeaderSource(HeaderSource):
         prompt: PromptTemplate,
         counter: TokenCounter,
         *,
-        store: Any = None,  # the store's header cache (`store.header_cache`); None disables caching
+        header_cache: HeaderCache | None = None,  # the store's header cache part; None disables caching
         max_output_tokens: int = 80,
         max_header_tokens: int = 64,
         batch_size: int = 1,
@@ -124,7 +125,7 @@ class OpenAIHeaderSource(HeaderSource):
         self.prompt = prompt
         self.batch_prompt = batch_prompt
         self.counter = counter
-        self.store = store
+        self.header_cache = header_cache
         self.max_output_tokens = max_output_tokens
         self.max_header_tokens = max_header_tokens
         self.batch_size = batch_size
@@ -249,7 +250,7 @@ class OpenAIHeaderSource(HeaderSource):
     def _cached(self, keys: list[str], on_result: Callable[[int, HeaderResult], None] | None,
                 ) -> list[HeaderResult | None]:
         """The headers the cache already holds, in request order (None: not cached), reported at once."""
-        cached = self.store.cached_headers(keys) if self.store is not None else {}
+        cached = self.header_cache.cached_headers(keys) if self.header_cache is not None else {}
         results: list[HeaderResult | None] = [None] * len(keys)
         for index, key in enumerate(keys):
             if key in cached:
@@ -314,14 +315,14 @@ class OpenAIHeaderSource(HeaderSource):
                         if on_result is not None and not errors:
                             on_result(index, header)
                 # Cache as results arrive: a crash mid-document re-spends no call on finished chunks.
-                if self.store is not None and (len(to_cache) >= CACHE_FLUSH_EVERY or not waiting):
-                    self.store.cache_headers(to_cache)
+                if self.header_cache is not None and (len(to_cache) >= CACHE_FLUSH_EVERY or not waiting):
+                    self.header_cache.cache_headers(to_cache)
                     to_cache = []
         finally:
             for future in waiting:  # cancelled or failed: free the fleet for other documents
                 future.cancel()
-            if self.store is not None and to_cache:
-                self.store.cache_headers(to_cache)
+            if self.header_cache is not None and to_cache:
+                self.header_cache.cache_headers(to_cache)
         return errors
 
 

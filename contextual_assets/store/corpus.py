@@ -224,12 +224,10 @@ class CorpusTable:
 
     def chunks(self, index_version: str, doc_id: str | None = None) -> list[HeaderedChunk]:
         """Chunks of one index version (optionally one document), by document and ordinal."""
-        sql = f"SELECT {_CHUNK_COLUMNS} FROM ctx_chunks WHERE index_version = ?"
-        params: list[Any] = [index_version]
-        if doc_id is not None:
-            sql += " AND doc_id = ?"
-            params.append(doc_id)
-        rows = self._backend.query(sql + " ORDER BY doc_id, ordinal", params)
+        by_document = "" if doc_id is None else " AND doc_id = ?"
+        rows = self._backend.query(
+            f"SELECT {_CHUNK_COLUMNS} FROM ctx_chunks WHERE index_version = ?{by_document} ORDER BY doc_id, ordinal",
+            [index_version] if doc_id is None else [index_version, doc_id])
         return [_row_to_chunk(r) for r in rows]
 
     def chunks_by_key(self, index_version: str, keys: Sequence[ChunkKey]) -> dict[ChunkKey, HeaderedChunk]:

@@ -146,7 +146,7 @@ def test_header_cache_makes_a_rerun_free(tmp_path):
     store = open_store(None, tmp_path / "s.duckdb")
     with simulated_fleet(2, time_scale=0.05) as (sim, fleet):
         source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(),
-                                    store=store.header_cache if store is not None else None)
+                                    header_cache=store.header_cache if store is not None else None)
         first = source.generate(chunk_requests(12))
         assert source.last_stats.requests == 12 and source.last_stats.cache_hits == 0
         sent = fleet.counters.sent
@@ -155,7 +155,7 @@ def test_header_cache_makes_a_rerun_free(tmp_path):
         assert [r.header for r in second] == [r.header for r in first]
         # A different prompt version is a different key: no stale hits.
         other = OpenAIHeaderSource(fleet, load_prompt("header_batch_v1"), token_counter(),
-                                   store=store.header_cache if store is not None else None)
+                                   header_cache=store.header_cache if store is not None else None)
         other.generate(chunk_requests(2))
         assert other.last_stats.cache_hits == 0
 

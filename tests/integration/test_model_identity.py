@@ -110,7 +110,7 @@ def test_header_cache_misses_when_the_name_serves_other_weights(sim, tmp_path):
         completed = sum(s["completed"] for s in sim.stats())
         with contextlib.closing(make_fleet(sim)) as fleet:
             source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(),
-                                        store=store.header_cache if store is not None else None)
+                                        header_cache=store.header_cache if store is not None else None)
             assert len(source.generate(chunk_requests(5))) == 5
         return source, sum(s["completed"] for s in sim.stats()) - completed
 
