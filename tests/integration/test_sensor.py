@@ -514,7 +514,7 @@ def test_a_retry_of_the_step_skips_documents_its_failed_attempt_committed(tmp_pa
     import dataclasses
 
     from contextual_assets.lifecycle.build_targets import current_target
-    from contextual_assets.defs.ingest.assets import uncommitted
+    from contextual_assets.ingest.run_plan import uncommitted
 
     inbox = inbox_with(tmp_path, "a.md", "b.md", "c.md")
     harness = Harness(settings_factory(), tmp_path / "dagster_home")
