@@ -23,10 +23,6 @@ class Platform:
         self.embedder = EmbedderConfig(**fields_from(settings, EmbedderConfig.SETTINGS))
         self.reranker = RerankerConfig(**fields_from(settings, RerankerConfig.SETTINGS))
 
-    @classmethod
-    def from_env(cls) -> Platform:
-        return cls(PlatformSettings.from_env())
-
     @cached_property
     def store(self) -> ChunkStore:
         """The process's shared store (opened and migrated on first use)."""

@@ -4,6 +4,7 @@ documents, and the gate's decision. Saved in the store; the Dagster asset report
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Any, Protocol
@@ -14,7 +15,7 @@ from contextual_assets.lifecycle.coverage import VersionCoverage, coverage_of, l
 from contextual_assets.store import ChunkStore
 
 from .evaluate import EvalReport, evaluate, save_report
-from .gate import ExceptionScope, GateDecision, decide
+from .gate import ExceptionScope, GateDecision, GatePolicy, ReviewedException, decide
 from .gate_config import GateConfig
 from .gold.gold_set import GoldSet
 from .ranking_metrics import worst_regressions
@@ -66,9 +67,10 @@ def _scored(store: ChunkStore, embedders: Embedders, gold: GoldSet, version: str
 
 
 def evaluate_candidate(store: ChunkStore, embedders: Embedders, gold: GoldSet, candidate: str, gate: GateConfig,
+                       policy: GatePolicy, exceptions: Sequence[ReviewedException],
                        search: dict[str, Any]) -> CandidateEvaluation:
-    """Scores `candidate` and production on `gold`, decides, and saves both reports with the decision."""
-    policy, exceptions = gate.policy(), gate.exceptions()
+    """Scores `candidate` and production on `gold`, decides with `policy` (read from `gate` by the caller,
+    which refuses a bad one before any search), and saves both reports with the decision."""
     report = _scored(store, embedders, gold, candidate, "candidate", "the candidate", search)
     production_version = store.aliases.get(gate.alias)
     baseline = None

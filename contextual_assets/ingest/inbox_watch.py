@@ -21,6 +21,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contextual_assets.models import SourceRecord
+from contextual_assets.parsing.dispatch import DEFAULT_MAX_BYTES
 from contextual_assets.settings import PlatformSettings
 from contextual_assets.store import ChunkStore
 from contextual_assets.store.inbox_state import InboxEntryRow
@@ -51,7 +52,7 @@ class InboxOptions(BaseModel):
     settle_s: float = PlatformSettings.default("inbox_settle_s")
     retry_limit: int = PlatformSettings.default("inbox_retry_limit")
     retry_base_s: float = PlatformSettings.default("inbox_retry_base_s")
-    max_bytes: int = int(PlatformSettings.default("max_file_mb") * 1_000_000)
+    max_bytes: int = DEFAULT_MAX_BYTES
     interval_s: int = 15
 
     @classmethod

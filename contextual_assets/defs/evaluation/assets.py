@@ -61,7 +61,7 @@ def retrieval_eval(
     gold = load_gold(gold_path)
     try:
         candidate = config.index_version or current_index_version(headers, embedder, parsing)
-        gate.exceptions(), gate.policy()  # a bad exceptions file or floor is refused before any search
+        exceptions, policy = gate.exceptions(), gate.policy()  # a bad exceptions file or floor: refused here
         search = {"weights": gate.weights(), "reranker": reranker.get() if gate.rerank else None,
                   "rerank_candidates": reranker.candidates}
         if gate.rerank and search["reranker"] is None:
@@ -73,10 +73,10 @@ def retrieval_eval(
     if chunk_store.corpus.count_chunks(candidate) == 0:
         raise dg.Failure(description=f"index version {candidate} holds no chunks; ingest documents first")
     try:
-        evaluation = evaluate_candidate(chunk_store, embedder, gold, candidate, gate, search)
+        evaluation = evaluate_candidate(chunk_store, embedder, gold, candidate, gate, policy, exceptions, search)
     except EvaluationRefused as exc:
         raise refusal(str(exc), exc.cause) from None
-    metadata = evaluation_metadata(evaluation, gold, gate.policy().mode)
+    metadata = evaluation_metadata(evaluation, gold, policy.mode)
     context.log.info(f"gate {'passed' if evaluation.decision.passed else 'FAILED'} for {candidate}: "
                      f"{metadata['gate_reasons']}")
     return dg.MaterializeResult(metadata=metadata)
