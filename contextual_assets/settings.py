@@ -65,7 +65,9 @@ class PlatformSettings(BaseSettings):
     llm_batch_size: int = Field(1, ge=1, le=32, description="chunks per request, 1 to 32")
     llm_sample_metrics: bool = Field(False, description="true or false")
     llm_api_key_env: str = Field("CTX_LLM_API_KEY", description="the name of the variable that holds the API key")
-    llm_max_in_flight: int = Field(16, ge=1, description="requests in flight per replica, an integer >= 1")
+    llm_max_in_flight: int = Field(0, ge=0, description="a ceiling on requests in flight per replica, an integer "
+                                                        ">= 0 (0: none; each replica's useful concurrency is found "
+                                                        "from its own signals)")
     embed_base_url: str = Field("", description="an OpenAI-compatible /v1 base URL (empty: the bundled MiniLM)")
     embed_model: str = Field("", description="the embedding model served at CTX_EMBED_BASE_URL")
     embed_api_key_env: str = Field("CTX_EMBED_API_KEY", description="the name of the variable that holds the key")

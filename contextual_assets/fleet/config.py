@@ -22,7 +22,8 @@ def normalise_base_url(url: str) -> str:
 
 class ReplicaConfig(BaseModel):
     base_url: str
-    max_in_flight: int = Field(default=_default("llm_max_in_flight"), ge=1)
+    # A ceiling, never a target (None: none; the pool finds the replica's useful concurrency itself).
+    max_in_flight: int | None = Field(default=_default("llm_max_in_flight") or None, ge=1)
     weight: float = Field(default=1.0, gt=0)
     api_key_env: str | None = None  # the variable's name; falls back to the fleet's
 
@@ -54,6 +55,9 @@ class FleetConfig(BaseModel):
     # Fleet-wide signals: each replica's /metrics read this often (vLLM's running/waiting/KV use), so
     # processes sharing the fleet count each other's requests against the caps. 0 turns it off.
     metrics_interval_s: float = Field(default=0.5, ge=0)
+    # How old a replica's gauges may be when read (a server refreshing them per logging interval, a
+    # proxy caching them): our requests of that long ago are what a read may count as ours.
+    metrics_lag_s: float = Field(default=0.5, ge=0)
     # Hedged requests: a duplicate on another replica for a request out longer than this quantile of
     # answer latency (per token of cost) when nothing is queued, or at once on a stalled replica.
     hedge: bool = True
@@ -99,8 +103,8 @@ class FleetConfig(BaseModel):
         for key, value in overrides.items():
             if value not in (None, ""):
                 data[key] = value
-        if "max_in_flight" in data:  # a fleet-wide default for replicas that do not set their own
-            default_cap = data.pop("max_in_flight")
+        if "max_in_flight" in data:  # a fleet-wide ceiling for replicas that do not set their own (0: none)
+            default_cap = data.pop("max_in_flight") or None
             for replica in data.get("replicas", []):
                 replica.setdefault("max_in_flight", default_cap)
         try:

@@ -2,7 +2,7 @@
 
 A replica's own count of running and waiting requests includes other processes' requests, so
 processes sharing a fleet see each other's load; each read also adapts the replica's concurrency
-limit (`routing.adapted_limit`) and ends its slow start. A replica without usable metrics (not vLLM,
+limit (`routing.adapted_limit`: the capacity search) and ends its slow start. A replica without usable metrics (not vLLM,
 or down) is routed on local counts alone and read again after `METRICS_RETRY_S`.
 """
 
@@ -17,7 +17,7 @@ from . import routing
 from .config import FleetConfig
 from .replica import ReplicaReport, ReplicaState
 from .slots import Slots
-from .vllm_metrics import KV_GAUGES, metrics_url, parse_vllm_metrics
+from .vllm_metrics import metrics_url, read_engine_metrics
 
 METRICS_RETRY_S = 10.0  # a replica whose /metrics failed is read again after this
 SLOW_START_READS = 2  # slow start ends by this many reads (0.1 s apart) whatever they show
@@ -63,24 +63,28 @@ class MetricsReader:
         now = time.monotonic()
         if now < self.retry_at[state.url]:
             return
-        local = state.in_flight
+        # The fewest of ours the replica may be counting: a gauge up to metrics_lag_s old predates
+        # requests sent since, and counting those as foreign would not matter, but missing others' would.
+        least = state.least_in_flight_since(now - self.config.metrics_lag_s)
         key = self.config.api_key_for(state.config)
         try:
             response = await client.get(metrics_url(state.url),
                                         headers={"Authorization": f"Bearer {key}"} if key else {})
             response.raise_for_status()
-            values = parse_vllm_metrics(response.text)
+            metrics = read_engine_metrics(response.text)
         except Exception:  # no metrics (not vLLM, or down): route on local counts alone
-            values = {}
-        if "vllm:num_requests_running" not in values:
+            metrics = None
+        if metrics is None:
             self.retry_at[state.url] = now + METRICS_RETRY_S
             state.report, state.slow_start = None, False
             return
-        kv = next((values[name] for name in KV_GAUGES if name in values), None)
-        report = ReplicaReport(at=time.monotonic(), running=values["vllm:num_requests_running"],
-                               waiting=values.get("vllm:num_requests_waiting", 0.0), kv_usage=kv,
-                               local_in_flight=local)
-        state.limit = routing.adapted_limit(state, report, state.report)
+        local_work = metrics.generation_tokens is None
+        report = ReplicaReport(at=time.monotonic(), running=metrics.running, waiting=metrics.waiting,
+                               kv_usage=metrics.kv_usage, local_in_flight=state.in_flight, local_least=least,
+                               preemptions=metrics.preemptions,
+                               work_tokens=float(state.answered_tokens) if local_work else metrics.generation_tokens,
+                               work_is_local=local_work)
+        state.limit, state.capacity = routing.adapted_limit(state, report, state.report)
         state.report = report
         if state.slow_start and routing.ends_slow_start(report):
             state.slow_start = False

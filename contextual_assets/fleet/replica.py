@@ -24,8 +24,29 @@ class ReplicaReport:
     at: float  # monotonic time of the read
     running: float
     waiting: float
-    kv_usage: float | None  # fraction of the KV cache in use; None when the server does not say
+    kv_usage: float | None  # the fullest engine's KV-cache use; None when the server does not say
     local_in_flight: int  # this pool's requests on the replica when the read was made
+    preemptions: float | None = None  # the replica's preemption counter (None: not published)
+    # Work done, for the capacity probe: the replica's generation-token counter (all its clients), or
+    # when it publishes none, the tokens of cost this pool has had answered there.
+    work_tokens: float | None = None
+    work_is_local: bool = False
+    # The fewest of this pool's requests on the replica over the gauges' possible lag (None: no lag
+    # allowed): all of ours a lagging read can be counting.
+    local_least: int | None = None
+
+
+@dataclass
+class CapacityProbe:
+    """What the capacity search (`routing.adapted_limit`) has learnt about one replica: the throughput
+    at the limit before the last raise, and the throughput measured at the current limit."""
+
+    level: int | None = None  # the limit being measured (None: nothing measured yet)
+    reads: int = 0  # reads at this level while the limit was binding (the first one is skipped)
+    level_rate: float = 0.0  # mean work rate at this level (tokens/s)
+    previous_level: int | None = None
+    previous_rate: float | None = None  # the rate measured at previous_level
+    knee_at: float | None = None  # when a raise last stopped paying (None: still climbing)
 
 
 @dataclass
@@ -33,7 +54,7 @@ class ReplicaState:
     config: ReplicaConfig
     model: str
     breaker: CircuitBreaker
-    client: Any = None  # the pool's AsyncOpenAI client; None where no pool owns the replica (tests)
+    client: Any = None  # the pool's chat client; None where no pool owns the replica (tests)
     in_flight: int = 0
     peak_in_flight: int = 0
     outstanding_tokens: int = 0
@@ -47,7 +68,11 @@ class ReplicaState:
     open_requests: dict[int, tuple[float, int]] = field(default_factory=dict)
     last_answer_at: float | None = None
     report: ReplicaReport | None = None  # the latest /metrics read, if the server publishes one
-    limit: int | None = None  # adaptive concurrency limit; None: the configured cap
+    limit: int | None = None  # adaptive concurrency limit; None: the starting limit (`routing.concurrency_limit`)
+    capacity: CapacityProbe = field(default_factory=CapacityProbe)
+    answered_tokens: int = 0  # tokens of cost answered here (the work rate of a server without metrics)
+    # (monotonic time, in-flight count) after each change: what a lagging /metrics may still be showing.
+    in_flight_history: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=4096))
     # Until the replica's own count has caught up with this process's requests, another process that
     # started at the same moment may be filling it too: half the cap (see routing.concurrency_limit).
     slow_start: bool = False
@@ -56,10 +81,25 @@ class ReplicaState:
     def url(self) -> str:
         return self.config.base_url
 
+    def record_in_flight(self, now: float) -> None:
+        self.in_flight_history.append((now, self.in_flight))
+
+    def least_in_flight_since(self, since: float) -> int:
+        """The fewest requests this pool had here from `since` to now: the most of ours a /metrics
+        read lagging by up to `now - since` can be counting."""
+        least = self.in_flight
+        for at, count in reversed(self.in_flight_history):
+            if at <= since:
+                least = min(least, count)  # the count that held at `since`
+                break
+            least = min(least, count)
+        return least
+
     def observe(self, latency_s: float, cost: int, now: float | None = None) -> None:
         sample = latency_s / max(1, cost)
         self.seconds_per_token = sample if self.seconds_per_token is None else (
             0.8 * self.seconds_per_token + 0.2 * sample)
         self.latency_samples.append(sample)
+        self.answered_tokens += cost
         if now is not None:
             self.last_answer_at = now

@@ -23,18 +23,26 @@ replica's own answers, or its peers' until it has enough) gets a duplicate on an
 nothing is queued (the tail of a run), or at once when its replica is stalled. The first valid
 answer wins; the pool cancels the other and bounds hedges by a budget.
 
-Concurrency limit (AIMD on the replica's own signals): a replica that keeps requests waiting at the
-same running count in two reads in a row has a full batch there, so the limit drops to that; KV-cache pressure
-takes one slot off; otherwise the limit grows back by one per read up to the configured cap.
+Concurrency limit (capacity found, not configured): a replica's useful concurrency is where adding
+requests stops adding throughput. Each `/metrics` read measures the replica's work rate (its
+generation-token counter, all clients together; a server without metrics: the tokens answered to this
+pool) at the current limit while the limit binds; the limit doubles while a raise still pays (at least
+`GAIN_MIN` more throughput than the level below), steps back to the level below once it does not
+(more requests would only wait longer in the batch), and re-probes upward every `REPROBE_S`. It
+backs off at once on the server's own signs of overload: requests queued in two reads in a row with
+the batch not growing (the batch is full at that running count), a preemption (vLLM recomputes a
+sequence it had no KV blocks for), or KV-cache use over `KV_HIGH` on the fullest engine. An
+operator's `max_in_flight` is a ceiling, never a target; without one the ceiling is `DEFAULT_CEILING`.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from collections.abc import Callable, Collection, Sequence
 
-from .replica import ReplicaReport, ReplicaState
+from .replica import CapacityProbe, ReplicaReport, ReplicaState
 
 # A replica this many times slower (per token) than the fastest healthy one is used only while the
 # queue is long (see `worth_it`).
@@ -47,15 +55,33 @@ KV_HIGH = 0.95
 MIN_LATENCY_SAMPLES = 20
 # A replica is stalled once a request has been out this many hedge thresholds with no answer since.
 STALL_FACTOR = 3.0
+# Capacity search. The limit a replica starts at (below any ceiling), the ceiling when no
+# max_in_flight is configured (vLLM's largest usual --max-num-seqs is 1,024), the throughput gain
+# a raise must bring to count, the binding reads measured per level (after one read of transition),
+# the share of the limit in use for a read to say anything about it, and how often a replica
+# found at its knee is probed upward again (request mixes change).
+INITIAL_LIMIT = 16
+DEFAULT_CEILING = 1024
+GAIN_MIN = 0.05
+LEVEL_READS = 2
+BINDING_SHARE = 0.9
+REPROBE_S = 10.0
+BACKOFF = 0.9  # a preemption takes the limit to this share of the running count
 
 
 # ---- load ------------------------------------------------------------------------------------
 
+def ceiling(replica: ReplicaState) -> int:
+    """The most requests the replica may ever hold: the operator's max_in_flight, else DEFAULT_CEILING."""
+    return replica.config.max_in_flight or DEFAULT_CEILING
+
+
 def concurrency_limit(replica: ReplicaState) -> int:
-    """How many requests this process may have on the replica: the adaptive limit, or half the cap in
-    slow start (processes starting together each take half until the replica's reports show both)."""
-    limit = replica.limit if replica.limit is not None else replica.config.max_in_flight
-    return max(1, min(limit, replica.config.max_in_flight // 2)) if replica.slow_start else limit
+    """How many requests (all processes together) the replica may hold: the found limit (at first
+    `INITIAL_LIMIT`, under the ceiling), or half of it in slow start (processes starting together
+    each take half until the replica's reports show both)."""
+    limit = replica.limit if replica.limit is not None else min(ceiling(replica), INITIAL_LIMIT)
+    return max(1, limit // 2) if replica.slow_start else limit
 
 
 def ends_slow_start(report: ReplicaReport) -> bool:
@@ -70,30 +96,73 @@ def fresh(report: ReplicaReport | None, now: float) -> bool:
 
 def foreign_load(replica: ReplicaState, now: float) -> int:
     """Requests other clients have on the replica: its reported running + waiting beyond ours when the
-    report was read (0 without a fresh report, e.g. a server without vLLM's metrics)."""
+    report was read (0 without a fresh report, e.g. a server without vLLM's metrics). Ours are counted
+    at their fewest over the gauges' possible lag, so a lagging gauge never hides others' load."""
     report = replica.report
     if report is None or not fresh(report, now):
         return 0
-    return max(0, math.ceil(report.running + report.waiting) - report.local_in_flight)
+    ours = report.local_in_flight if report.local_least is None else report.local_least
+    return max(0, math.ceil(report.running + report.waiting) - ours)
 
 
 def has_room(replica: ReplicaState, now: float) -> bool:
     return replica.in_flight + foreign_load(replica, now) < concurrency_limit(replica)
 
 
-def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: ReplicaReport | None) -> int:
-    """The replica's concurrency limit after a new `/metrics` read (see the module docstring)."""
-    cap = replica.config.max_in_flight
-    current = concurrency_limit(replica)
-    # Requests that arrive between two engine steps wait for a moment with a batch that is not full:
-    # only a plateau (the same running count, requests waiting, in two reads) is a full batch.
+def work_rate(report: ReplicaReport, previous: ReplicaReport | None) -> float | None:
+    """Tokens per second the replica worked between two reads (None: no basis, or a restart)."""
+    if (previous is None or report.work_tokens is None or previous.work_tokens is None
+            or report.work_is_local != previous.work_is_local or report.at <= previous.at
+            or report.work_tokens < previous.work_tokens):
+        return None
+    return (report.work_tokens - previous.work_tokens) / (report.at - previous.at)
+
+
+def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: ReplicaReport | None,
+                  ) -> tuple[int, CapacityProbe]:
+    """The replica's concurrency limit after a new `/metrics` read, and what the capacity search
+    knows then (see the module docstring). Pure: the caller stores both."""
+    top = ceiling(replica)
+    current = min(top, replica.limit if replica.limit is not None else min(top, INITIAL_LIMIT))
+    probe = replica.capacity
+    now = report.at
+    # Requests that arrive between two engine steps wait for a moment in a batch that is not full:
+    # only a queue in two reads with the batch not growing is a full batch.
     queueing = (report.waiting > 0 and previous is not None and previous.waiting > 0
-                and report.running == previous.running)
-    if queueing and report.running >= 1:
-        return max(1, min(cap, int(report.running)))
+                and report.running <= previous.running and report.running >= 1)
+    preempted = (previous is not None and report.preemptions is not None and previous.preemptions is not None
+                 and report.preemptions > previous.preemptions)
+    if queueing:
+        return _settle(max(1, min(top, int(report.running))), now)
+    if preempted:
+        return _settle(max(1, int(min(current, report.running) * BACKOFF)), now)
     if report.kv_usage is not None and report.kv_usage >= KV_HIGH:
-        return max(1, current - 1)
-    return min(cap, current + 1)
+        return _settle(max(1, current - max(1, current // 20)), now)
+    rate = work_rate(report, previous)
+    if rate is None or report.running + report.waiting < BINDING_SHARE * current:
+        return current, probe  # nothing learnt: the limit is not what holds the replica back now
+    if probe.level != current:  # the first binding read at a new level is a transition
+        return current, replace(probe, level=current, reads=0, level_rate=0.0)
+    reads = probe.reads + 1
+    probe = replace(probe, reads=reads, level_rate=probe.level_rate + (rate - probe.level_rate) / reads)
+    if reads < LEVEL_READS:
+        return current, probe
+    paid = probe.previous_rate is None or probe.level_rate >= probe.previous_rate * (1 + GAIN_MIN)
+    if not paid and probe.previous_level is not None:
+        # More requests only waited longer in the batch: back to the level below, and hold there.
+        return _settle(min(current, probe.previous_level), now)
+    if probe.knee_at is not None and now - probe.knee_at < REPROBE_S:
+        return current, probe  # at the knee: hold until the next probe
+    step = current if probe.knee_at is None else max(1, current // 8)  # climb fast, re-probe gently
+    raised = min(top, current + step)
+    if raised == current:
+        return current, replace(probe, knee_at=now)  # at the ceiling
+    return raised, CapacityProbe(previous_level=current, previous_rate=probe.level_rate, knee_at=probe.knee_at)
+
+
+def _settle(limit: int, now: float) -> tuple[int, CapacityProbe]:
+    """Hold at `limit`: the knee (or the server's own sign of overload) was found at `now`."""
+    return limit, CapacityProbe(knee_at=now)
 
 
 # ---- stalls and hedges -----------------------------------------------------------------------

@@ -66,6 +66,7 @@ class Slots:
 
     def _take(self, state: ReplicaState, cost: int) -> ReplicaState:
         state.in_flight += 1
+        state.record_in_flight(time.monotonic())
         state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
         state.outstanding_tokens += cost
         state.breaker.on_dispatch()
@@ -113,5 +114,6 @@ class Slots:
     async def release(self, state: ReplicaState, cost: int) -> None:
         async with self.cond:
             state.in_flight -= 1
+            state.record_in_flight(time.monotonic())
             state.outstanding_tokens -= cost
             self.cond.notify(1)

@@ -9,20 +9,66 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens")
+COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens", "vllm:num_preemptions")
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 # KV-cache use (a fraction): vLLM v1's name, then the older one.
 KV_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
 
-def parse_vllm_metrics(text: str) -> dict[str, float]:
-    """Sum each wanted metric over its label sets (one replica may label by model name)."""
-    values: dict[str, float] = {}
+@dataclass(frozen=True)
+class EngineMetrics:
+    """One replica's `/metrics`, engine by engine: a data-parallel vLLM server (`--data-parallel-size`)
+    publishes one series per engine (label `engine`), each with its own KV cache."""
+
+    running: float  # requests in execution batches, all engines
+    waiting: float  # requests queued, all engines
+    kv_usage: float | None  # the fullest engine's KV-cache use (a fraction); None when not published
+    engines: int  # label sets seen for the running gauge (1 for a single-engine server)
+    preemptions: float | None  # counter, all engines (None: not published)
+    generation_tokens: float | None  # counter, all engines (None: not published)
+
+
+def _series(text: str) -> dict[str, dict[tuple, float]]:
+    """Wanted metric -> {engine label set: value}; counters under their family name."""
+    wanted = set(COUNTERS) | set(GAUGES) | set(KV_GAUGES)
+    out: dict[str, dict[tuple, float]] = {}
     for family in text_string_to_metric_families(text):
-        if family.name in COUNTERS or family.name in GAUGES or family.name in KV_GAUGES:
-            total = sum(s.value for s in family.samples if s.name in (family.name, family.name + "_total"))
-            values[family.name] = values.get(family.name, 0.0) + total
-    return values
+        if family.name not in wanted:
+            continue
+        per = out.setdefault(family.name, {})
+        for sample in family.samples:
+            if sample.name in (family.name, family.name + "_total"):
+                # Label sets other than the engine (model_name, finished_reason) are summed per engine.
+                key = (sample.labels.get("engine", ""),)
+                per[key] = per.get(key, 0.0) + sample.value
+    return out
+
+
+def read_engine_metrics(text: str) -> EngineMetrics | None:
+    """The replica's own view of its load, or None when it does not publish vLLM's running gauge.
+
+    Counts (running, waiting, counters) add up across engines; KV-cache use does not: two engines at
+    50 % are a replica at 50 %, not full, so the fullest engine is what preempts first."""
+    series = _series(text)
+    running = series.get("vllm:num_requests_running")
+    if not running:
+        return None
+    kv = next((series[name] for name in KV_GAUGES if series.get(name)), None)
+
+    def total(name: str) -> float | None:
+        values = series.get(name)
+        return sum(values.values()) if values else None
+
+    return EngineMetrics(running=sum(running.values()), waiting=total("vllm:num_requests_waiting") or 0.0,
+                         kv_usage=max(kv.values()) if kv else None, engines=len(running),
+                         preemptions=total("vllm:num_preemptions"),
+                         generation_tokens=total("vllm:generation_tokens"))
+
+
+def parse_vllm_metrics(text: str) -> dict[str, float]:
+    """Each wanted metric over its label sets: counts summed, KV-cache use the fullest engine's."""
+    return {name: (max(values.values()) if name in KV_GAUGES else sum(values.values()))
+            for name, values in _series(text).items() if values}
 
 
 def metrics_url(base_url: str) -> str:

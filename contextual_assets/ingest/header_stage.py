@@ -43,7 +43,7 @@ class HeaderStage:
                 # never drains at a document boundary.
                 state.admission.wait_for(lambda: state.stop.is_set() or state.documents_in_flight == 0 or (
                     state.documents_in_flight < state.settings.max_documents_in_flight
-                    and state.chunks_in_flight < state.settings.chunks_in_flight
+                    and state.chunks_in_flight < state.settings.high_water()
                 ))
             if state.stop.is_set():
                 return

@@ -31,11 +31,21 @@ class StageEvent:
 
 @dataclass
 class PipelineSettings:
-    max_documents_in_flight: int = 64  # documents waiting for headers
+    max_documents_in_flight: int = 256  # documents waiting for headers
     chunks_in_flight: int = 128  # header requests outstanding before the next document is admitted
+    # With a fleet, the high-water mark follows the concurrency its replicas have been found to take
+    # (it grows as the pool finds more): `fleet_queue_factor` x `fleet_capacity()`.
+    fleet_capacity: Callable[[], int] | None = None
+    fleet_queue_factor: float = 2.0
     parse_ahead: int = 4  # parsed documents waiting for admission
     embed_batch_max: int = 64  # chunks per forward pass, at most
     commit_batch_max: int = 32  # documents per store transaction, at most (those ready at the time)
+
+    def high_water(self) -> int:
+        """Header requests outstanding before the next document is admitted."""
+        if self.fleet_capacity is None:
+            return self.chunks_in_flight
+        return max(16, int(self.fleet_queue_factor * self.fleet_capacity()))
 
 
 @dataclass

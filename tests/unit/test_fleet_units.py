@@ -250,3 +250,73 @@ def test_parse_vllm_metrics():
     )
     assert parse_vllm_metrics(text) == {"vllm:prompt_tokens": 1200.0, "vllm:generation_tokens": 50.0,
                                         "vllm:num_requests_running": 3.0, "vllm:num_requests_waiting": 1.0}
+
+
+def test_no_ceiling_by_default_and_zero_means_none():
+    assert FleetConfig.load(base_urls="http://a:8000").replicas[0].max_in_flight is None
+    assert FleetConfig.load(base_urls="http://a:8000", max_in_flight=0).replicas[0].max_in_flight is None
+    assert FleetConfig.load(base_urls="http://a:8000", max_in_flight=48).replicas[0].max_in_flight == 48
+
+
+def test_engine_metrics_of_a_data_parallel_replica_are_read_per_engine():
+    from contextual_assets.fleet.vllm_metrics import read_engine_metrics
+
+    # Two engines behind one port, each at 50 % KV (as vLLM labels them with --data-parallel-size 2).
+    text = (
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0",model_name="m"} 40.0\n'
+        'vllm:num_requests_running{engine="1",model_name="m"} 38.0\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0\n'
+        'vllm:num_requests_waiting{engine="1",model_name="m"} 2.0\n'
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n'
+        'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.5\n'
+        "# TYPE vllm:num_preemptions_total counter\n"
+        'vllm:num_preemptions_total{engine="0",model_name="m"} 3.0\n'
+        'vllm:num_preemptions_total{engine="1",model_name="m"} 1.0\n'
+        "# TYPE vllm:generation_tokens_total counter\n"
+        'vllm:generation_tokens_total{engine="0",model_name="m"} 500.0\n'
+        'vllm:generation_tokens_total{engine="1",model_name="m"} 700.0\n'
+    )
+    metrics = read_engine_metrics(text)
+    assert metrics is not None
+    assert (metrics.running, metrics.waiting, metrics.engines) == (78.0, 2.0, 2)
+    assert metrics.kv_usage == 0.5  # not 1.0: two half-full engines are not a full replica
+    assert (metrics.preemptions, metrics.generation_tokens) == (4.0, 1200.0)
+    assert parse_vllm_metrics(text)["vllm:kv_cache_usage_perc"] == 0.5
+    # The KV cut is not tripped by it.
+    from contextual_assets.fleet import routing
+    from contextual_assets.fleet.breaker import CircuitBreaker
+    from contextual_assets.fleet.config import ReplicaConfig
+    from contextual_assets.fleet.replica import ReplicaReport, ReplicaState
+
+    state = ReplicaState(config=ReplicaConfig(base_url="http://a:8000"), model="m",
+                         breaker=CircuitBreaker(failure_threshold=1, cooldown_s=5.0))
+    state.limit = 80
+    read = ReplicaReport(at=1.0, running=metrics.running, waiting=metrics.waiting, kv_usage=metrics.kv_usage,
+                         local_in_flight=0)
+    assert routing.adapted_limit(state, read, None)[0] == 80
+    # A server that does not publish vLLM's gauges has no engine metrics.
+    assert read_engine_metrics("# TYPE other gauge\nother 1.0\n") is None
+
+
+def test_a_lagging_gauge_counts_only_the_fewest_of_our_requests_over_the_lag():
+    from contextual_assets.fleet.breaker import CircuitBreaker
+    from contextual_assets.fleet.config import ReplicaConfig
+    from contextual_assets.fleet.replica import ReplicaReport, ReplicaState
+    from contextual_assets.fleet.routing import foreign_load
+
+    state = ReplicaState(config=ReplicaConfig(base_url="http://a:8000"), model="m",
+                         breaker=CircuitBreaker(failure_threshold=1, cooldown_s=5.0))
+    for t, n in [(0.0, 10), (1.0, 20), (1.4, 30)]:  # ours went 10 -> 20 -> 30
+        state.in_flight = n
+        state.record_in_flight(t)
+    # A read at t=1.5 whose gauge may be 1 s old can be counting as few as 10 of ours (at t=0.5).
+    assert state.least_in_flight_since(0.5) == 10
+    assert state.least_in_flight_since(1.2) == 20
+    # The gauge says 40 (30 of ours + 10 of another process's, but lagging: it saw ours at 20 and the
+    # other's at 20). Counting ours at their fewest (20) keeps the other's 20 in view.
+    state.report = ReplicaReport(at=1.5, running=40, waiting=0, kv_usage=None, local_in_flight=30,
+                                 local_least=state.least_in_flight_since(1.0))
+    assert foreign_load(state, 1.5) == 20

@@ -32,10 +32,6 @@ def replica(name: str, *, cap: int = 16, in_flight: int = 0, outstanding: int = 
     return state
 
 
-def report(running: float, waiting: float = 0.0, local: int = 0, at: float = NOW, kv: float | None = None):
-    return ReplicaReport(at=at, running=running, waiting=waiting, kv_usage=kv, local_in_flight=local)
-
-
 def name(state: ReplicaState | None) -> str | None:
     return state.url.split("//")[1].split(":")[0] if state else None
 
@@ -70,28 +66,110 @@ def test_a_replica_busy_with_another_process_gets_nothing_while_an_idle_one_has_
     assert pick_replica([busy], set(), 100, 0, rand=lambda: 0.5, now=NOW) is None
 
 
-# ---- adaptive concurrency ------------------------------------------------------------------------
+# ---- adaptive concurrency: capacity found, not configured ------------------------------------------
+
+def report(running: float, waiting: float = 0.0, local: int = 0, at: float = NOW, kv: float | None = None,
+           work: float | None = None, preemptions: float | None = None):
+    return ReplicaReport(at=at, running=running, waiting=waiting, kv_usage=kv, local_in_flight=local,
+                         preemptions=preemptions, work_tokens=work)
+
+
+def replica_with_cap(cap: int | None, limit: int | None = None) -> ReplicaState:
+    state = ReplicaState(config=ReplicaConfig(base_url="http://a:8000", max_in_flight=cap), model="m",
+                         breaker=CircuitBreaker(failure_threshold=1, cooldown_s=5.0, clock=lambda: NOW))
+    state.limit = limit
+    return state
+
+
+def drive(state: ReplicaState, throughput, reads: int, *, start: float = NOW, interval: float = 0.5,
+          work: float = 0.0, occupancy: float = 1.0) -> list[int]:
+    """Feed `reads` /metrics reads of a replica whose work rate at concurrency c is `throughput(c)` and
+    that runs `occupancy` x the limit; the limits after each read."""
+    previous, limits = None, []
+    for i in range(reads):
+        limit = routing.concurrency_limit(state)
+        if previous is not None:
+            work += throughput(limit) * interval
+        now = start + i * interval
+        read = report(occupancy * limit, 0, at=now, work=work)
+        state.limit, state.capacity = adapted_limit(state, read, previous)
+        previous = read
+        limits.append(state.limit)
+    return limits
+
+
+def knee_curve(c: float) -> float:
+    """A batching server: step time 5 ms + 0.1 ms per sequence; tokens/s = c / step time (knee ~50)."""
+    return c / (0.005 + 0.0001 * c)
+
+
+def test_without_a_ceiling_the_limit_climbs_past_the_old_default_while_throughput_grows():
+    state = replica_with_cap(None)
+    assert routing.concurrency_limit(state) == routing.INITIAL_LIMIT  # where it starts
+    limits = drive(state, knee_curve, 40)
+    # 16 -> 32 -> 64 -> 128 pays at least 5 % each time; 128 -> 256 adds 19 %: still worth it ...
+    assert max(limits) > 64
+    # ... and the limit ends at a level where doubling stopped paying, not at the ceiling.
+    assert limits[-1] < routing.DEFAULT_CEILING
+    assert knee_curve(2 * limits[-1]) < knee_curve(limits[-1]) * (1 + routing.GAIN_MIN) or limits[-1] * 2 > max(limits)
+
+
+def test_a_plateau_steps_back_to_the_level_below():
+    state = replica_with_cap(None)
+    flat = lambda c: min(c, 40) * 100.0  # noqa: E731 - throughput stops growing at 40 in flight
+    limits = drive(state, flat, 30)
+    assert 128 in limits  # 32 -> 64 paid (3,200 -> 4,000 tokens/s); it tried 128 ...
+    assert limits[-1] == 64  # ... which added nothing, so it went back to 64 and holds there
+
+
+def test_the_operator_ceiling_is_a_ceiling_never_a_target():
+    state = replica_with_cap(24)
+    assert routing.concurrency_limit(state) == 16  # starts below the ceiling, not at it
+    limits = drive(state, knee_curve, 20)
+    assert max(limits) == 24
+    # A server whose throughput never grows keeps a low limit although the ceiling is 24.
+    flat = replica_with_cap(24)
+    assert drive(flat, lambda c: 1000.0, 20)[-1] == 16
+
+
+def test_the_limit_does_not_grow_while_it_does_not_bind():
+    state = replica_with_cap(None)
+    assert set(drive(state, knee_curve, 20, occupancy=0.5)) == {16}  # half used: nothing to learn
+
 
 def test_limit_drops_to_the_running_count_when_the_replica_keeps_queueing():
-    state = replica("a", cap=32)
-    first = report(16, 5)
-    assert adapted_limit(state, first, None) == 32  # one read with a queue is not yet a full batch
-    assert adapted_limit(state, report(16, 3), first) == 16  # two in a row: its batch is full at 16
-    # Waiting between two engine steps with a batch that is not full (the running count moves): no cut.
-    assert adapted_limit(state, report(14, 2), report(12, 1)) == 32
-    state.limit = 16
-    assert concurrency_limit(state) == 16
-    assert adapted_limit(state, report(10, 0), report(16, 3)) == 17  # no queue: grow back by one
-    state.limit = 32
-    assert adapted_limit(state, report(10, 0), None) == 32  # never above the configured cap
+    state = replica_with_cap(None, limit=64)
+    first = report(40, 5)
+    assert adapted_limit(state, first, None)[0] == 64  # one read with a queue is not yet a full batch
+    assert adapted_limit(state, report(40, 3), first)[0] == 40  # two in a row, batch not growing: full at 40
+    # Waiting between two engine steps while the batch is still growing: no cut.
+    assert adapted_limit(state, report(44, 2), report(40, 1))[0] == 64
 
 
-def test_kv_cache_pressure_takes_a_slot_off():
-    state = replica("a", cap=16)
-    assert adapted_limit(state, report(16, 0, kv=0.97), None) == 15
-    state.limit = 1
-    assert adapted_limit(state, report(1, 0, kv=0.99), None) == 1  # never below one
-    assert adapted_limit(replica("a", cap=16), report(16, 0, kv=0.5), None) == 16
+def test_a_preemption_backs_off_below_the_running_count():
+    state = replica_with_cap(None, limit=200)
+    limit, probe = adapted_limit(state, report(180, 0, preemptions=3), report(170, 0, preemptions=2))
+    assert limit == int(180 * routing.BACKOFF)
+    assert probe.knee_at == NOW  # and holds there until the next probe
+    # A counter that did not move is no preemption.
+    assert adapted_limit(state, report(180, 0, preemptions=3), report(170, 0, preemptions=3))[0] == 200
+
+
+def test_kv_cache_pressure_takes_the_limit_down():
+    state = replica_with_cap(None, limit=100)
+    assert adapted_limit(state, report(100, 0, kv=0.97), None)[0] == 95
+    assert adapted_limit(replica_with_cap(None, limit=1), report(1, 0, kv=0.99), None)[0] == 1  # never below one
+    assert adapted_limit(replica_with_cap(None, limit=100), report(100, 0, kv=0.5), None)[0] == 100
+
+
+def test_a_found_knee_is_probed_again_later():
+    state = replica_with_cap(None)
+    flat = lambda c: min(c, 40) * 100.0  # noqa: E731
+    drive(state, flat, 30)
+    assert state.limit == 64
+    more = lambda c: c * 100.0  # noqa: E731 - the mix changed: more requests pay again
+    later = drive(state, more, 60, start=NOW + 15 + 30 * 0.5, work=1e9)
+    assert max(later) > 64
 
 
 # ---- hedging and stalls ----------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def test_resources_take_their_defaults_from_the_settings():
     assert ParsingResource().max_pdf_pages == settings.max_pdf_pages
     headers = HeaderSourceResource()
     assert headers.context_tokens == settings.context_tokens == 1000
-    assert headers.max_in_flight == settings.llm_max_in_flight == 16
+    assert headers.max_in_flight == settings.llm_max_in_flight == 0  # no ceiling: capacity is found
     assert headers.source == settings.header_source == "auto"
     assert headers.request_timeout_s == FleetConfig.model_fields["request_timeout_s"].default
     assert ChunkStoreResource().duckdb_path == settings.duckdb_path == ".ctx/index.duckdb"
@@ -57,7 +57,7 @@ def test_values_come_from_the_environment(monkeypatch, tmp_path):
     ("variable", "value", "accepts"),
     [
         ("CTX_CHUNK_TOKENS", "abc", "integer"),
-        ("CTX_LLM_MAX_IN_FLIGHT", "-1", ">= 1"),
+        ("CTX_LLM_MAX_IN_FLIGHT", "-1", ">= 0"),
         ("CTX_HEADER_SOURCE", "gpt", "auto, openai, structural or none"),
         ("CTX_GATE_FLOORS", "[1, 2]", "JSON object"),
         ("CTX_GATE_TOLERANCE", "lots", "0 to 1"),

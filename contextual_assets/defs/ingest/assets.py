@@ -8,7 +8,7 @@ failed; the others of the run stay materialized; the run fails).
 """
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import dagster as dg
 
@@ -33,8 +33,8 @@ from .partitions import documents_partitions
 class IngestConfig(dg.Config):
     """Pipelining knobs (run config; the defaults suit a fleet of a few replicas)."""
 
-    max_documents_in_flight: int = 64
-    fleet_queue_factor: float = 2.0  # chunks in flight = factor x the fleet's total in-flight caps
+    max_documents_in_flight: int = 256
+    fleet_queue_factor: float = 2.0  # chunks in flight = factor x the concurrency the fleet's replicas take now
     embed_batch_max: int = 64
 
 
@@ -124,10 +124,11 @@ def documents_to_do(context: dg.AssetExecutionContext, plan: RunPlan, chunk_stor
     return keys
 
 
-def pipeline_settings(config: IngestConfig, fleet_capacity: int) -> PipelineSettings:
+def pipeline_settings(config: IngestConfig, fleet_capacity: Callable[[], int] | None) -> PipelineSettings:
+    """No fleet (structural or no headers): no high-water mark worth the name."""
     return PipelineSettings(
-        max_documents_in_flight=config.max_documents_in_flight,
-        chunks_in_flight=max(16, int(config.fleet_queue_factor * fleet_capacity)) if fleet_capacity else 4096,
+        max_documents_in_flight=config.max_documents_in_flight, chunks_in_flight=4096,
+        fleet_capacity=fleet_capacity, fleet_queue_factor=config.fleet_queue_factor,
         embed_batch_max=config.embed_batch_max,
     )
 

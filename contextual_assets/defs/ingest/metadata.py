@@ -3,8 +3,11 @@ counters and (when sampled) the replicas' /metrics while they were written."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import dagster as dg
 
+from contextual_assets.fleet.routing import concurrency_limit
 from contextual_assets.fleet.vllm_metrics import MetricsSampler, MetricsTimeline
 from contextual_assets.headers.openai_source import HeaderRunStats, OpenAIHeaderSource
 from contextual_assets.ingest.pipeline import DocumentJob, mean_header_words
@@ -17,10 +20,13 @@ class HeaderMetadata:
     def __init__(self, plan: RunPlan, sample_metrics: bool):
         self.plan = plan
         self.source = plan.current.header_source
-        self.fleet_capacity = 0
+        # The requests the fleet's replicas take now (their found limits), for the pipeline's high-water
+        # mark; None without a fleet.
+        self.fleet_capacity: Callable[[], int] | None = None
         self.sampler: MetricsSampler | None = None
         if isinstance(self.source, OpenAIHeaderSource):
-            self.fleet_capacity = sum(r.config.max_in_flight for r in self.source.fleet.replicas)
+            replicas = self.source.fleet.replicas
+            self.fleet_capacity = lambda: sum(concurrency_limit(r) for r in replicas)
             if sample_metrics:
                 self.sampler = MetricsSampler([r.url for r in self.source.fleet.replicas], interval_s=0.1).start()
 
