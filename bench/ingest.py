@@ -1,48 +1,53 @@
-"""Ingest throughput on the fleet simulator: floor, platform (a real UI backfill) and legacy loop.
+"""Ingest throughput on the fleet simulator: model floor, floor, platform (a real UI backfill),
+legacy loop and the peers, every wall timed from submission to the last commit.
 
-    python -m bench.ingest --workload seed --json bench/out/ingest_seed.json [--runs 3]
+    python -m bench.ingest --workload seed --runs 3 --json bench/out/ingest_seed.json
+    python -m bench.ingest --workload seed --time-scales 0.5,1,2,4,8 --json ...   # a sweep
 
-Fleet: 4 simulated vLLM replicas (speeds 1, 1, 0.775, 0.775; in-flight cap 16 each), run as a
-separate process with a cold cache for every measurement. Its time scale is calibrated so that the
-floor is about twice the corpus's CPU embedding time on this machine (the LLM stays the bottleneck,
-as on real GPUs); pass --time-scale to fix it instead.
+Fleet: 4 simulated vLLM replicas (speeds 1, 1, 0.775, 0.775) with the simulator's vLLM-like engine
+(bench/sim/: `max_num_seqs` 256, KV-bounded admission, preemption, chunked prefill), run as a
+separate process with a cold cache for every measurement. **No `max_in_flight` is configured**: the
+platform's pool finds each replica's useful concurrency (`--cap N` configures a ceiling, reported as
+`cap_configured`). `--time-scale X` (real seconds per simulated second, default 1: the modelled GPU)
+fixes the scale; `--time-scales` sweeps it and the headline is the worst scale's. `--embedder remote`
+(default) embeds through a simulated GPU embedding server (`/v1/embeddings` with a GPU-like cost), as a
+deployment with a GPU embedder or TEI does; `--embedder local` embeds with MiniLM on this CPU.
+`--cost-model legacy` runs the simulator's old cost model, to compare.
 
-* floor: every header request of the corpus sent straight to the fleet (the platform's own request
-  pool, every request submitted at once): the time the fleet needs for the work, nothing else;
+Headline (`wall_over_model_floor`): wall from submission to the last commit over the model floor
+(`model_floor_s`, bench/model_floor.py: the simulator's cost model alone, ideal packing, never
+through the platform's pool), for the platform and every peer alike.
+
+* floor: every header request of the corpus sent straight to the fleet through the platform's own
+  request pool, all at once: a diagnostic of the pool, never a headline;
 * platform: a backfill of every document partition launched through the webserver's GraphQL API
   (the UI's mutation), executed by `dagster-daemon` with the run queue and executor shipped in
-  dagster.yaml: real parsing, headers from the fleet, embedding with the bundled MiniLM, commits to
-  DuckDB. wall_s runs from the launch of the first run (its process start) to the last commit;
-  submit_to_launch_s (daemon pick-up and dequeue) is reported apart;
-* legacy: the same components in a document-by-document loop in this process (all headers of a
-  document, then embed, then commit, then the next document), with the embedder already loaded;
+  dagster.yaml: real parsing, headers from the fleet, embedding, commits to DuckDB. wall_s runs from
+  the backfill's submission to the last commit (`launch_to_commit_s` and `submit_to_launch_s` apart);
+* legacy: the same components in a document-by-document loop in this process;
 * peer_llamaindex, peer_cookbook (bench/peers.py, the `bench` extra): what a user would run instead,
-  LlamaIndex's IngestionPipeline with DocumentContextExtractor, and the cookbook's thread pool over
-  every chunk; each twice, with its own prompt (the whole document) and with the platform's requests
-  (`peer_cookbook:ours` runs one), from the files to one bulk insert, embedder loaded beforehand.
-  JSON `peers`: per peer and prompt, medians of wall_s, over_platform (the round's peer wall over
-  its platform wall), header_tokens_prompt (counted by the simulator), idle_while_pending_s.
+  with its own prompt and with the platform's requests (`peer_x:ours`), each behind a random draw over
+  the replicas and behind a least-outstanding-requests balancer (`--balancers`), from the files to
+  one bulk insert. JSON `peers`: per peer, prompt and balancer, the median over the rounds of each
+  round's peer wall over its platform wall (`over_platform`) with a 95 % bootstrap interval.
 
-Idle while pending: whole seconds, from the first header request to the last one admitted by a
-replica, in which no replica's `vllm:prompt_tokens` counter moved (from /metrics sampled at 10 Hz).
-
-Model floor (`model_floor_s`, bench/model_floor.py): the simulator's own service time for the same
-requests under ideal packing and an unlimited prefix cache, divided over the fleet's capacity, from
-its cost model and not through the platform's pool; every result has `wall_over_model_floor`.
+Fleet figures: `utilization` (the engines' busy time over replicas x wall), `mean_batch_occupancy`
+(mean running sequences while busy over max_num_seqs), `idle_while_pending_s` (fleet-seconds with
+nothing running on a replica between the first and the last admission, weighted per replica),
+`preemptions`, each replica's share of requests against its capacity share, its peak of open
+requests (all clients) and its peak batch (`overshoot`: open over running, the requests all clients
+held beyond what the engine ran).
 
 Workloads (--workload; --documents N resizes those with a document count):
 
 * seed, codebase, small: long PDFs, the codebase set, 200 short notes (platform = one backfill);
-* skewed: 40 Markdown documents, one of them 15x the median chunk count and named to sort last
-  (`zz_...`), so that admission in key order starts it last;
-* stream: 2,000 small-to-medium Markdown documents dropped into the inbox in --waves waves (every
-  --wave-interval seconds) and ingested by the `new_documents` sensor of a real daemon, in as many
-  runs as it makes; `run_boundaries` has the gap between consecutive runs' commits and the idle
-  seconds inside it;
-* shared-fleet: two `ctx ingest` processes at once (one half of the corpus each, Postgres store)
-  on one fleet of unequal replicas (speeds 1, 1, 0.6, 0.4; cap 16 each): per-replica share of
-  completed requests against capacity share, and each replica's peak of open requests against the
-  cap (`peak_open_requests`, counted by the simulator over all clients).
+* skewed: 40 Markdown documents, one of them 15x the median chunk count and named to sort last;
+* stream: 2,000 small-to-medium Markdown documents dropped into the inbox in --waves waves and
+  ingested by the `new_documents` sensor of a real daemon, in as many runs as it makes, timed from
+  the first drop; `run_boundaries` has the gap between consecutive runs' commits and the idle time
+  inside it;
+* shared-fleet: `--processes` `ctx ingest` processes at once (a part of the corpus each, Postgres
+  store) on one fleet of unequal replicas (speeds 1, 1, 0.6, 0.4).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.model_floor import CostModel, floor_figures
@@ -62,10 +68,31 @@ from bench.report import write_json
 from bench.sim import ReplicaSpec, SimFleet
 
 SPEEDS = (1.0, 1.0, 0.775, 0.775)
-CAP = 16
-INGEST_SLOTS: int | None = None  # --ingest-slots: the ctx_ingest pool limit of the bench's Dagster instance
-# What `SimFleet.start` serves (the simulator's defaults, CAP slots): the model floor's costs.
-SIM_SPEC = ReplicaSpec(max_num_seqs=CAP)
+
+
+@dataclass
+class BenchOptions:
+    """What a run of the bench varies (set once by `main`): the simulator's engine, the client's
+    ceiling, the embedder's placement and the Dagster instance's ingest slots."""
+
+    cap: int | None = None  # --cap: max_in_flight per replica (None: none configured, found by the pool)
+    max_num_seqs: int = 256  # --max-num-seqs: the simulator's batch size (vLLM's default)
+    cost_model: str = "vllm"  # --cost-model legacy: the old simulator, to compare
+    engines: int = 1  # --engines: data-parallel engines per replica
+    metrics_lag_s: float = 0.0  # --metrics-lag-s: how old the simulator's gauges are
+    embedder: str = "remote"  # --embedder: remote (a GPU-like /v1/embeddings server) or local (MiniLM on the CPU)
+    ingest_slots: int | None = None  # --ingest-slots: the ctx_ingest pool limit of the bench's Dagster instance
+    processes: int = 2  # --processes: shared-fleet's ingest processes on one fleet
+    peer_workers: int = 64  # the peers' thread pools (a user's choice; the platform has no such knob)
+
+    def sim_spec(self) -> ReplicaSpec:
+        """What `SimFleet.start` serves: the model floor's costs."""
+        return ReplicaSpec(max_num_seqs=self.max_num_seqs, cost_model=self.cost_model, engines=self.engines)
+
+
+OPTIONS = BenchOptions()
+EMBED_MODEL = "sim-embed"
+EMBED_DIM = 384  # MiniLM's: the index is the same shape whichever embedder serves it
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CODEBASE = REPO_ROOT.parent / "shared" / "datasets" / "anthropic-codebase" / "codebase_chunks.json"
 
@@ -216,10 +243,14 @@ def build_stream(dest: Path, documents: int = 2000) -> list[Path]:
 
 
 def build_shared_fleet(dest: Path, documents: int = 160) -> list[Path]:
-    """Two halves in folders a/ and b/, one per `ctx ingest` process of `run_shared_fleet`."""
-    half = documents // 2
-    return build_mixed(dest / "a", half, seed=11000, prefix="a") + \
-        build_mixed(dest / "b", documents - half, seed=12000, prefix="b")
+    """`--processes` parts in folders a/, b/, ..., one per `ctx ingest` process of `run_shared_fleet`."""
+    n = OPTIONS.processes
+    bounds = [round(i * documents / n) for i in range(n + 1)]
+    paths = []
+    for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        name = chr(ord("a") + i)
+        paths += build_mixed(dest / name, hi - lo, seed=11000 + 1000 * i, prefix=name)
+    return paths
 
 
 WORKLOADS = {"seed": build_seed, "codebase": build_codebase, "small": build_small, "skewed": build_skewed,
@@ -236,14 +267,49 @@ def workload_speeds(workload: str) -> tuple[float, ...]:
 
 def start_fleet(workdir: Path, time_scale: float, speeds: tuple[float, ...] = SPEEDS) -> SimFleet:
     try:
-        return SimFleet.start(workdir, time_scale, speeds=speeds, max_num_seqs=CAP)
+        return SimFleet.start(workdir, time_scale, speeds=speeds, max_num_seqs=OPTIONS.max_num_seqs,
+                              cost_model=OPTIONS.cost_model, engines=OPTIONS.engines,
+                              metrics_lag_s=OPTIONS.metrics_lag_s)
     except RuntimeError as exc:
         raise SystemExit(str(exc)) from exc
 
 
+class EmbedServer:
+    """`--embedder remote`: one simulated GPU embedding server (`/v1/embeddings`, a GPU-like cost
+    model), as a deployment with a GPU embedder or TEI has; started per measurement like the fleet."""
+
+    def __init__(self, workdir: Path, time_scale: float):
+        self.sim = None
+        if OPTIONS.embedder == "remote":
+            try:
+                self.sim = SimFleet.start(workdir, time_scale, speeds=(1.0,), serve_embeddings=True,
+                                          embedding_dim=EMBED_DIM)
+            except RuntimeError as exc:
+                raise SystemExit(str(exc)) from exc
+
+    def env(self) -> dict[str, str]:
+        """The platform's settings for it (none for the local embedder)."""
+        if self.sim is None:
+            return {}
+        return {"CTX_EMBED_BASE_URL": self.sim.base_urls[0], "CTX_EMBED_MODEL": EMBED_MODEL}
+
+    def embedder(self):
+        """The embedder the legacy loop and the peers use (the local one loaded beforehand)."""
+        if self.sim is None:
+            return loaded_embedder()
+        from contextual_assets.embedding import OpenAIEmbedder
+
+        return OpenAIEmbedder(self.sim.base_urls[0], EMBED_MODEL)
+
+    def stop(self) -> None:
+        if self.sim is not None:
+            self.sim.stop()
+
+
 def fleet_figures(sim: SimFleet, timeline, speeds: tuple[float, ...] = SPEEDS) -> dict:
     """Shares per replica, each replica's peak of open requests (all clients together; None from a
-    simulator without the key) and the idle seconds of the sampled /metrics timeline."""
+    simulator without the key), its engine's busy time and mean batch, and the idle time of the
+    sampled /metrics timeline."""
     stats = sim.stats()
     completed = [s["completed"] for s in stats]
     total = sum(completed) or 1
@@ -254,18 +320,41 @@ def fleet_figures(sim: SimFleet, timeline, speeds: tuple[float, ...] = SPEEDS) -
         "capacity_share": [round(x, 4) for x in capacity],
         "share_max_relative_error": round(max(abs(a - b) / b for a, b in zip(share, capacity)), 4),
         "sim_busy_s": [round(s["busy_s"], 2) for s in stats],
+        # Sequence-seconds the engines ran (simulated): mean batch = seq_s / busy_s.
+        "sim_seq_s": [round(s.get("seq_s", 0.0), 2) for s in stats],
+        "preemptions": sum(s.get("preemptions", 0) for s in stats),
         "peak_open_requests": [s.get("peak_open_requests") for s in stats],
+        # The most each replica's engine ran at once (10 Hz /metrics samples): requests held beyond it waited.
+        "peak_running": [max((v.get("vllm:num_requests_running", 0) for _, v in timeline.samples.get(s["base_url"], [])),
+                             default=0) for s in stats],
         "requests": total,
         # Prompt tokens the replicas prefilled or took from their prefix cache (the fleet's count, every client).
         "header_tokens_prompt": sum(s["prompt_tokens"] for s in stats),
     }
+    # How far all clients together overshot what a replica ran: open requests over its peak batch.
+    figures["overshoot"] = max((round(o / r - 1, 3) for o, r in zip(figures["peak_open_requests"],
+                                                                       figures["peak_running"]) if o and r),
+                               default=None)
     figures.update(idle_figures(timeline))
     return figures
 
 
-def idle_figures(timeline, capacity: int = CAP * len(SPEEDS)) -> dict:
-    """From 10 Hz /metrics samples: when the first and last request were admitted, and the seconds
-    between them that were idle (see `idle_seconds`)."""
+def with_utilization(result: dict, time_scale: float) -> dict:
+    """Fleet utilization over the whole wall: the engines' busy time (simulated seconds x the time
+    scale) over replicas x wall; mean batch occupancy: mean running sequences while busy over
+    max_num_seqs."""
+    busy, seq = result.get("sim_busy_s"), result.get("sim_seq_s")
+    if busy and result.get("wall_s"):
+        result["utilization"] = round(sum(busy) * time_scale / (len(busy) * result["wall_s"]), 4)
+        result["mean_batch"] = round(sum(seq) / sum(busy), 2) if seq and sum(busy) else None
+        result["mean_batch_occupancy"] = (round(result["mean_batch"] / OPTIONS.max_num_seqs, 4)
+                                          if result["mean_batch"] is not None else None)
+    return result
+
+
+def idle_figures(timeline) -> dict:
+    """From 10 Hz /metrics samples: when the first and last request were admitted, and how idle the
+    fleet was between them (see `idle_time`)."""
     moves: list[float] = []  # times at which some replica's prompt-token counter had moved
     for samples in timeline.samples.values():
         for (t0, v0), (t1, v1) in zip(samples, samples[1:]):
@@ -274,25 +363,26 @@ def idle_figures(timeline, capacity: int = CAP * len(SPEEDS)) -> dict:
     rows = timeline.per_second()
     if not moves:
         return {"first_request_t": None, "last_admission_t": None, "idle_while_pending_s": None,
-                "prompt_counter_still_s": None, "timeline": rows}
-    return {"first_request_t": min(moves), "last_admission_t": max(moves), **idle_seconds(rows, capacity),
+                "pending_span_s": 0, "timeline": rows}
+    first, last = min(moves), max(moves)
+    return {"first_request_t": first, "last_admission_t": last, **idle_time(timeline, first, last),
             "timeline": rows}
 
 
-def idle_seconds(rows: list[dict], capacity: int) -> dict:
-    """Per-second rows of the timeline, from the first second in which a prompt-token counter moved
-    to the last: `prompt_counter_still_s` counts the seconds in which none moved; of those,
-    `idle_while_pending_s` counts the ones that ended with a free slot in the fleet. A second that
-    ends with every slot running was busy throughout: without an admission the number running can
-    only fall, and a fall with requests queued is an admission (a first wave of requests that start
-    and finish together decodes for seconds without one)."""
-    moved = [r["t"] for r in rows if r["prompt_tokens"] > 0]
-    if not moved:
-        return {"idle_while_pending_s": None, "prompt_counter_still_s": None, "pending_span_s": 0}
-    window = [r for r in rows if moved[0] <= r["t"] <= moved[-1]]
-    still = [r for r in window if r["prompt_tokens"] <= 0]
-    return {"idle_while_pending_s": sum(1 for r in still if r["running"] < capacity),
-            "prompt_counter_still_s": len(still), "pending_span_s": len(window)}
+def idle_time(timeline, start: float, end: float) -> dict:
+    """`idle_while_pending_s`: fleet-seconds with nothing running between `start` (the first request
+    admitted) and `end` (the last one): each sample interval counts the share of replicas whose
+    running gauge read 0 at its start, so one idle replica of four for a second is 0.25 s. Work is
+    pending all along this window (requests are still to come), so any idle replica is time the
+    fleet lost; a second with an admission is not counted busy for it."""
+    idle = 0.0
+    replicas = len(timeline.samples) or 1
+    for samples in timeline.samples.values():
+        for (t0, v0), (t1, _) in zip(samples, samples[1:]):
+            lo, hi = max(t0, start), min(t1, end)
+            if hi > lo and v0.get("vllm:num_requests_running", 0) <= 0:
+                idle += hi - lo
+    return {"idle_while_pending_s": round(idle / replicas, 2), "pending_span_s": round(end - start, 2)}
 
 
 # ---- the corpus's requests and embedding time -------------------------------------------------
@@ -329,7 +419,7 @@ def header_fleet(base_urls: list[str]):
     from contextual_assets.fleet.discovery import ModelDiscovery
     from contextual_assets.fleet.pool import HeaderFleet
 
-    return HeaderFleet(FleetConfig(replicas=[ReplicaConfig(base_url=u, max_in_flight=CAP) for u in base_urls]),
+    return HeaderFleet(FleetConfig(replicas=[ReplicaConfig(base_url=u, max_in_flight=OPTIONS.cap) for u in base_urls]),
                        discovery=ModelDiscovery())
 
 
@@ -368,8 +458,9 @@ def model_floor(docs, counter, settings, time_scale: float, speeds: tuple[float,
     """`model_floor_s` and its totals (bench/model_floor.py): no fleet, no network. The source is
     only used to render requests, so it needs no fleet; the context limit is the simulator's."""
     source = header_source(None, counter)
-    requests = corpus_requests(docs, counter, settings, source, SIM_SPEC.max_model_len)
-    return floor_figures([request_body(r) for r in requests], speeds, time_scale, CostModel.of(SIM_SPEC))
+    spec = OPTIONS.sim_spec()
+    requests = corpus_requests(docs, counter, settings, source, spec.max_model_len)
+    return floor_figures([request_body(r) for r in requests], speeds, time_scale, CostModel.of(spec))
 
 
 def with_model_floor(result: dict, floor_s: float) -> dict:
@@ -403,12 +494,14 @@ def run_floor(workdir: Path, time_scale: float, docs, counter, settings, speeds:
     return {"wall_s": round(wall, 2), **figures}
 
 
-def calibrate(workdir: Path, docs, counter, settings, embed_s: float, probe_scale: float = 0.5,
-              speeds: tuple[float, ...] = SPEEDS) -> float:
-    """The time scale at which the floor is twice the embedding time. Floor wall time is linear in
-    the scale while the client keeps the fleet full, so one probe at `probe_scale` fixes it."""
-    probe = run_floor(workdir, probe_scale, docs, counter, settings, speeds)
-    return round(probe_scale * 2 * embed_s / probe["wall_s"], 4)
+def client_cpu_figure() -> float | None:
+    """The header client's CPU per request, from the committed `bench.client_cpu` result (its own
+    benchmark: CPU time is measured there with nothing else in the process)."""
+    path = REPO_ROOT / "bench" / "results" / "client_cpu.json"
+    try:
+        return json.loads(path.read_text()).get("client_cpu_ms_per_request")
+    except (OSError, ValueError):
+        return None
 
 
 def bench_store(path: Path, docs, source_identity: dict[str, str], embedder, settings):
@@ -440,7 +533,8 @@ def run_legacy(workdir: Path, time_scale: float, docs, counter, settings, speeds
     from contextual_assets.headers.context import header_requests
     from contextual_assets.models import DocumentRecord, HeaderedChunk
 
-    embedder = loaded_embedder()
+    embed = EmbedServer(workdir, time_scale)
+    embedder = embed.embedder()
     sim = start_fleet(workdir, time_scale, speeds)
     fleet = header_fleet(sim.base_urls)
     store = None
@@ -466,23 +560,26 @@ def run_legacy(workdir: Path, time_scale: float, docs, counter, settings, speeds
     finally:
         fleet.close()
         sim.stop()
+        embed.stop()
         if store is not None:
             store.close()
     return {"wall_s": round(wall, 2), "chunks": chunks, **figures}
 
 
 def run_peer(workdir: Path, time_scale: float, paths: list[Path], docs, counter, settings, name: str, prompt: str,
-             speeds: tuple[float, ...] = SPEEDS, seed: int = 0) -> dict:
+             speeds: tuple[float, ...] = SPEEDS, seed: int = 0, balancer: str = "random") -> dict:
     """A peer (bench/peers.py) from the files to its committed index, on a cold fleet of its own; the
     embedder is loaded beforehand (the platform loads its own inside its wall time). `seed` draws its
-    random replicas (bench.ingest gives each round its own)."""
+    random replicas (bench.ingest gives each round its own); `balancer`: `random` (LiteLLM's
+    simple-shuffle) or `least_busy` (a least-outstanding-requests balancer in front of the fleet)."""
     from functools import partial
 
     from bench.peers import PEERS, PeerJob
     from contextual_assets.fleet.discovery import ModelDiscovery
     from contextual_assets.fleet.vllm_metrics import MetricsSampler
 
-    embedder = loaded_embedder()
+    embed = EmbedServer(workdir, time_scale)
+    embedder = embed.embedder()
     sim = start_fleet(workdir, time_scale, speeds)
     store = sampler = None
     try:
@@ -493,8 +590,8 @@ def run_peer(workdir: Path, time_scale: float, paths: list[Path], docs, counter,
                                      {"header_source": name, "header_model": model, "prompt_version": prompt},
                                      embedder, settings)
         job = PeerJob(paths=paths, base_urls=sim.base_urls, model=model, context_limit=context_limit,
-                      workers=CAP * len(speeds), prompt=prompt, counter=counter, settings=settings, embedder=embedder,
-                      store=store, index_version=version, seed=seed,
+                      workers=OPTIONS.peer_workers, prompt=prompt, counter=counter, settings=settings,
+                      embedder=embedder, store=store, index_version=version, seed=seed, balancer=balancer,
                       ours_requests=partial(chunk_requests, counter=counter, settings=settings,
                                             source=header_source(None, counter), context_limit=context_limit))
         sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
@@ -507,12 +604,13 @@ def run_peer(workdir: Path, time_scale: float, paths: list[Path], docs, counter,
         if sampler is not None:
             sampler.stop()
         sim.stop()
+        embed.stop()
         if store is not None:
             store.close()
     figures.pop("timeline")
     if committed != result.chunks:
         raise SystemExit(f"{name} ({prompt} prompts): {committed} chunks committed of {result.chunks}")
-    return {"wall_s": round(wall, 2), "prompt": prompt, **result.figures(), **figures}
+    return {"wall_s": round(wall, 2), "prompt": prompt, "balancer": balancer, **result.figures(), **figures}
 
 
 def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_chunks: int,
@@ -531,11 +629,12 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     from contextual_assets.store import open_store
 
     root = workdir / f"platform-{time.monotonic_ns()}"
-    home = seed_dagster_home(root / "dagster_home", ingest_slots=INGEST_SLOTS)
+    home = seed_dagster_home(root / "dagster_home", ingest_slots=OPTIONS.ingest_slots)
     duckdb_path = root / "index.duckdb"
     sim = start_fleet(workdir, time_scale, speeds)
+    embed = EmbedServer(workdir, time_scale)
     env = deployment_env(home, CTX_HOME=str(root / ".ctx"), CTX_INBOX=str(root / "inbox"),
-                         CTX_DUCKDB_PATH=str(duckdb_path), **fleet_settings(sim))
+                         CTX_DUCKDB_PATH=str(duckdb_path), **fleet_settings(sim), **embed.env())
     keys = [partition_key_for(p.name) for p in paths]
     store = open_store(None, duckdb_path)
     for key, path in zip(keys, paths):
@@ -574,6 +673,7 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
         deployment.stop_all()
         instance.dispose()
         sim.stop()
+        embed.stop()
     store = open_store(None, duckdb_path)
     try:
         chunks = store.corpus.count_chunks()
@@ -588,7 +688,9 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     offset = time.time() - time.monotonic()
     first_request = figures["first_request_t"] + offset if figures["first_request_t"] is not None else None
     return {
-        "wall_s": round(last_commit - first_launch, 2),
+        # From the backfill's submission (what the user waits for), as the peers are timed.
+        "wall_s": round(last_commit - submitted, 2),
+        "launch_to_commit_s": round(last_commit - first_launch, 2),
         "submit_to_launch_s": round(first_launch - submitted, 2),
         "startup_s": round(first_request - first_launch, 2) if first_request else None,
         "run_start_s": round(min(run_starts) - first_launch, 2) if run_starts else None,
@@ -604,7 +706,7 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
 def fleet_settings(sim: SimFleet) -> dict[str, str]:
     """The platform's settings for the simulated fleet (and CTX_PARTITIONS_PER_RUN when given)."""
     return {"CTX_HEADER_SOURCE": "openai", "CTX_LLM_BASE_URLS": ",".join(sim.base_urls),
-            "CTX_LLM_MAX_IN_FLIGHT": str(CAP),
+            "CTX_LLM_MAX_IN_FLIGHT": str(OPTIONS.cap or 0),
             **{k: v for k, v in os.environ.items() if k == "CTX_PARTITIONS_PER_RUN"}}
 
 
@@ -719,17 +821,14 @@ def sensor_runs(instance) -> list[dict]:
     return runs
 
 
-def run_boundaries(spans: list[tuple[float, float]], rows: list[dict], origin: float, capacity: int,
-                   t0: float) -> list[dict]:
+def run_boundaries(spans: list[tuple[float, float]], timeline, offset: float, t0: float) -> list[dict]:
     """For consecutive runs (`spans`: each run's first and last commit, wall clock): the gap from one
-    run's last commit to the next run's first, and its idle seconds: per-second /metrics rows (row t
-    covers origin + t to origin + t + 1) centred in the gap in which no prompt-token counter moved
-    and a fleet slot was free (as `idle_seconds` counts them). `after_s`: the gap's start from t0."""
-    ordered = sorted(spans)
+    run's last commit to the next run's first, and the fleet's idle time inside it (`idle_time`;
+    `offset` maps the timeline's monotonic clock onto the wall clock). `after_s`: the gap's start
+    from t0."""
     out = []
-    for (_, last), (first, _) in itertools.pairwise(ordered):
-        inside = [r for r in rows if last <= origin + r["t"] + 0.5 < first]
-        idle = sum(1 for r in inside if r["prompt_tokens"] <= 0 and r["running"] < capacity)
+    for (_, last), (first, _) in itertools.pairwise(sorted(spans)):
+        idle = idle_time(timeline, last - offset, first - offset)["idle_while_pending_s"] if first > last else 0.0
         out.append({"after_s": round(last - t0, 2), "gap_s": round(first - last, 2), "idle_while_pending_s": idle})
     return out
 
@@ -751,13 +850,14 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
     from contextual_assets.store import open_store
 
     root = workdir / f"stream-{time.monotonic_ns()}"
-    home = seed_dagster_home(root / "dagster_home", ingest_slots=INGEST_SLOTS)
+    home = seed_dagster_home(root / "dagster_home", ingest_slots=OPTIONS.ingest_slots)
     inbox = root / "inbox"
     inbox.mkdir(parents=True)
     duckdb_path = root / "index.duckdb"
     sim = start_fleet(workdir, time_scale, speeds)
+    embed = EmbedServer(workdir, time_scale)
     env = deployment_env(home, CTX_HOME=str(root / ".ctx"), CTX_INBOX=str(inbox), CTX_INBOX_SETTLE_S=str(settle_s),
-                         CTX_DUCKDB_PATH=str(duckdb_path), **fleet_settings(sim))
+                         CTX_DUCKDB_PATH=str(duckdb_path), **fleet_settings(sim), **embed.env())
     instance = dg.DagsterInstance.from_config(str(home))
     deployment = DagsterDeployment(root=root, env=env)
     sampler = None
@@ -776,6 +876,7 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
         deployment.stop_all()
         instance.dispose()
         sim.stop()
+        embed.stop()
     store = open_store(None, duckdb_path)
     try:
         chunks, documents = store.corpus.count_chunks(), len(store.corpus.documents())
@@ -786,13 +887,15 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
     offset = time.time() - time.monotonic()  # sampler times are monotonic; event-log times wall-clock
     first_request = figures["first_request_t"] + offset if figures["first_request_t"] is not None else None
     boundaries = run_boundaries([(r["first_commit"], r["last_commit"]) for r in runs if r["commits"]],
-                                figures["timeline"], timeline.started + offset, CAP * len(speeds), first_launch)
+                                timeline, offset, first_launch)
 
     def rel(t: float | None) -> float | None:
         return round(t - first_launch, 2) if t is not None else None
 
     return {
-        "wall_s": round(last_commit - first_launch, 2),
+        # From the first drop into the inbox (the user's submission) to the last commit.
+        "wall_s": round(last_commit - drops[0], 2),
+        "launch_to_commit_s": round(last_commit - first_launch, 2),
         "submit_to_launch_s": round(first_launch - drops[0], 2),
         "startup_s": round(first_request - first_launch, 2) if first_request else None,
         "run_start_s": rel(min((r["started"] for r in runs if r["started"] is not None), default=None)),
@@ -875,6 +978,7 @@ def run_shared_fleet(workdir: Path, time_scale: float, paths: list[Path], expect
     source_root = Path(os.path.commonpath([str(f) for f in folders])) if len(folders) > 1 else folders[0].parent
     server, url, pg_dir = start_postgres()
     sim = start_fleet(workdir, time_scale, speeds)
+    embed = EmbedServer(workdir, time_scale)
     procs, logs, sampler = [], [], None
     try:
         open_store(url, root / "unused.duckdb").close()  # schema migrated once, before the clock starts
@@ -883,7 +987,8 @@ def run_shared_fleet(workdir: Path, time_scale: float, paths: list[Path], expect
             home = seed_dagster_home(root / f"p{i}" / "dagster_home")
             dg.DagsterInstance.from_config(str(home)).dispose()  # its storage created before the clock too
             envs.append(deployment_env(home, CTX_HOME=str(root / f"p{i}" / ".ctx"), CTX_INBOX=str(root / "inbox"),
-                                       CTX_SOURCE_ROOT=str(source_root), DATABASE_URL=url, **fleet_settings(sim)))
+                                       CTX_SOURCE_ROOT=str(source_root), DATABASE_URL=url, **fleet_settings(sim),
+                                       **embed.env()))
         sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
         started = time.time()
         for i, (folder, env) in enumerate(zip(folders, envs)):
@@ -909,6 +1014,7 @@ def run_shared_fleet(workdir: Path, time_scale: float, paths: list[Path], expect
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         sim.stop()
+        embed.stop()
         server.cleanup()
         shutil.rmtree(pg_dir, ignore_errors=True)
     outcomes = []
@@ -932,8 +1038,8 @@ def run_shared_fleet(workdir: Path, time_scale: float, paths: list[Path], expect
         "chunks": chunks,
         "chunks_expected": expected_chunks,
         "speeds": list(speeds),
-        "cap": CAP,
-        "peak_over_cap": None if None in peaks else any(p > CAP for p in peaks),
+        "cap": OPTIONS.cap,
+        "peak_over_cap": None if None in peaks or OPTIONS.cap is None else any(p > OPTIONS.cap for p in peaks),
         **figures,
     }
 
@@ -992,12 +1098,17 @@ def one_round(workdir: Path, time_scale: float, paths, docs, counter, settings, 
     if "legacy" in modes:
         out["legacy"] = run_legacy(workdir, time_scale, docs, counter, settings, speeds)
     for name, prompt in peer_runs(modes):
-        out[f"{name}/{prompt}"] = run_peer(workdir, time_scale, paths, docs, counter, settings, name, prompt, speeds,
-                                           seed=round_index)
-    if model_floor_s is not None:
-        for result in out.values():
+        for balancer in BALANCERS_RUN:
+            out[f"{name}/{prompt}/{balancer}"] = run_peer(workdir, time_scale, paths, docs, counter, settings, name,
+                                                          prompt, speeds, seed=round_index, balancer=balancer)
+    for result in out.values():
+        with_utilization(result, time_scale)
+        if model_floor_s is not None:
             with_model_floor(result, model_floor_s)
     return out
+
+
+BALANCERS_RUN: tuple[str, ...] = ("random", "least_busy")  # --balancers
 
 
 PEER_MODES = ("peer_llamaindex", "peer_cookbook")
@@ -1024,13 +1135,27 @@ def check_modes(modes: list[str]) -> str | None:
     return None
 
 
+def median_interval(values: list[float], confidence: float = 0.95, resamples: int = 10_000,
+                    seed: int = 0) -> tuple[float, float] | tuple[None, None]:
+    """A percentile-bootstrap interval of the median (None, None with fewer than two values)."""
+    import random
+
+    if len(values) < 2:
+        return None, None
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    return medians[int(tail * resamples)], medians[min(resamples - 1, int((1 - tail) * resamples))]
+
+
 def peer_rows(rounds: list[dict]) -> list[dict]:
-    """Per peer and prompt, medians over the rounds; `over_platform` is the median of each round's
-    peer wall over that round's platform wall (None without a platform run)."""
+    """Per peer, prompt and balancer, medians over the rounds; `over_platform` is the median of each
+    round's peer wall over that round's platform wall (both timed from submission; None without a
+    platform run), with a 95 % bootstrap interval."""
     keys = list(dict.fromkeys(k for r in rounds for k in r if "/" in k))
     rows = []
     for key in keys:
-        name, prompt = key.split("/")
+        name, prompt, balancer = key.split("/")
         runs = [r for r in rounds if key in r]
 
         def median(field: str, runs=runs, key=key):
@@ -1040,8 +1165,11 @@ def peer_rows(rounds: list[dict]) -> list[dict]:
         over = [r[key]["wall_s"] / r["platform"]["wall_s"] for r in runs if "platform" in r]
         idle = [r[key]["idle_while_pending_s"] / r[key]["wall_s"] for r in runs
                 if r[key].get("idle_while_pending_s") is not None]
-        rows.append({"name": name, "prompt": prompt, "wall_s": median("wall_s"),
+        low, high = median_interval(over)
+        rows.append({"name": name, "prompt": prompt, "balancer": balancer, "wall_s": median("wall_s"),
                      "over_platform": round(statistics.median(over), 3) if over else None,
+                     "ci_low": round(low, 3) if low is not None else None,
+                     "ci_high": round(high, 3) if high is not None else None,
                      "header_tokens_prompt": median("header_tokens_prompt"),
                      "idle_while_pending_s": median("idle_while_pending_s"),
                      "idle_share": round(statistics.median(idle), 4) if idle else None,
@@ -1067,11 +1195,16 @@ def summarize(rounds: list[dict]) -> dict:
         "submit_to_launch_s": median("platform", "submit_to_launch_s"),
         "tail_s": median("platform", "tail_s"),
         "header_tokens_prompt": median("platform", "header_tokens_prompt"),
+        "utilization": median("platform", "utilization"),
+        "mean_batch": median("platform", "mean_batch"),
+        "mean_batch_occupancy": median("platform", "mean_batch_occupancy"),
+        "preemptions": median("platform", "preemptions"),
+        "launch_to_commit_s": median("platform", "launch_to_commit_s"),
     }
     summary["model_floor_s"] = next((r[m]["model_floor_s"] for r in rounds for m in r if "model_floor_s" in r[m]),
                                     None)
     ratios = {"wall_over_floor": [], "wall_over_model_floor": [], "floor_over_model_floor": [],
-              "legacy_over_platform": [], "idle_share": []}
+              "legacy_over_platform": [], "idle_share": [], "launch_to_commit_over_model_floor": []}
     for r in rounds:
         if "platform" in r and "floor" in r:
             ratios["wall_over_floor"].append(r["platform"]["wall_s"] / r["floor"]["wall_s"])
@@ -1082,6 +1215,9 @@ def summarize(rounds: list[dict]) -> dict:
             ratios["legacy_over_platform"].append(r["legacy"]["wall_s"] / r["platform"]["wall_s"])
         if "platform" in r and r["platform"].get("idle_while_pending_s") is not None:
             ratios["idle_share"].append(r["platform"]["idle_while_pending_s"] / r["platform"]["wall_s"])
+        if r.get("platform", {}).get("launch_to_commit_s") and r["platform"].get("model_floor_s"):
+            ratios["launch_to_commit_over_model_floor"].append(
+                r["platform"]["launch_to_commit_s"] / r["platform"]["model_floor_s"])
     for name, values in ratios.items():
         summary[name] = round(statistics.median(values), 3) if values else None
     last = rounds[-1].get("platform", {})
@@ -1100,7 +1236,7 @@ def summarize(rounds: list[dict]) -> dict:
 
 
 WORKLOAD_FIGURES = ("run_sizes", "run_boundaries", "boundary_gap_s", "boundary_idle_s", "peak_open_requests",
-                    "peak_over_cap", "process_wall_s")
+                    "peak_running", "overshoot", "peak_over_cap", "process_wall_s")
 
 
 def print_table(workload: str, time_scale: float, embed_s: float, rounds: list[dict], summary: dict) -> None:
@@ -1117,14 +1253,16 @@ def print_table(workload: str, time_scale: float, embed_s: float, rounds: list[d
         model = next((x["model_floor_s"] for x in r.values() if x.get("model_floor_s")), None)
         print(f"{i:5d} {model or nan:8.2f} {f.get('wall_s', nan):8.2f} {p.get('wall_s', nan):11.2f} "
               f"{lg.get('wall_s', nan):9.2f} {ratio:11.3f} {p.get('wall_over_model_floor') or nan:11.3f} "
-              f"{lratio:12.3f} {p.get('idle_while_pending_s') or 0:7d} {p.get('startup_s') or nan:10.2f} "
+              f"{lratio:12.3f} {p.get('idle_while_pending_s') or 0:7.1f} {p.get('startup_s') or nan:10.2f} "
               f"{p.get('tail_s') or nan:7.2f} "
               f"{max((x['share_max_relative_error'] for m, x in r.items() if '/' not in m), default=nan):10.3f}")
     print(f"median: wall/floor {summary['wall_over_floor']}, wall/model floor {summary['wall_over_model_floor']} "
           f"(floor/model floor {summary['floor_over_model_floor']}), legacy/platform "
           f"{summary['legacy_over_platform']}, idle while pending {summary['idle_while_pending_s']} s "
           f"({summary['idle_share']} of wall), startup {summary['startup_s']} s, "
-          f"daemon pick-up {summary['submit_to_launch_s']} s")
+          f"daemon pick-up {summary['submit_to_launch_s']} s; utilization {summary['utilization']}, mean batch "
+          f"{summary['mean_batch']} ({summary['mean_batch_occupancy']} of max_num_seqs), preemptions "
+          f"{summary['preemptions']}")
     if summary["peers"]:
         print_peers(summary)
     if "run_boundaries" in summary:
@@ -1132,26 +1270,54 @@ def print_table(workload: str, time_scale: float, embed_s: float, rounds: list[d
               f"without a commit, {summary['boundary_idle_s']} s of them idle while pending")
     if "peak_open_requests" in summary and "process_wall_s" in summary:
         print(f"shared fleet: processes {summary['process_wall_s']} s; peak open requests per replica "
-              f"{summary['peak_open_requests']} (cap {CAP}); shares {summary['replica_share']} vs capacity "
+              f"{summary['peak_open_requests']} (cap {OPTIONS.cap}); shares {summary['replica_share']} vs capacity "
               f"{summary['capacity_share']}")
 
 
 def print_peers(summary: dict) -> None:
     """The peers under the platform, medians over the rounds."""
-    print(f"{'':16s} {'prompt':>6s} {'wall s':>8s} {'over platform':>14s} {'prompt tokens':>14s} {'idle s':>7s} "
-          f"{'idle share':>11s} {'missing':>8s}")
-    rows = [{"name": "platform", "prompt": "ours", "wall_s": summary["wall_s"], "over_platform": 1.0 if summary[
-        "wall_s"] else None, "header_tokens_prompt": summary["header_tokens_prompt"],
+    print(f"{'':16s} {'prompt':>6s} {'balancer':>10s} {'wall s':>8s} {'over platform':>14s} {'95% CI':>14s} "
+          f"{'prompt tokens':>14s} {'idle s':>7s} {'idle share':>11s} {'missing':>8s}")
+    rows = [{"name": "platform", "prompt": "ours", "balancer": "pool", "wall_s": summary["wall_s"],
+             "over_platform": 1.0 if summary["wall_s"] else None, "ci_low": None, "ci_high": None,
+             "header_tokens_prompt": summary["header_tokens_prompt"],
         "idle_while_pending_s": summary["idle_while_pending_s"], "idle_share": summary["idle_share"],
         "headers_missing": None}] + summary["peers"]
     def cell(value, width: int, fmt: str) -> str:
         return ("-" if value is None else format(value, fmt)).rjust(width)
 
     for row in rows:
-        print(f"{row['name']:16s} {row['prompt']:>6s} {cell(row['wall_s'], 8, '.2f')} "
-              f"{cell(row['over_platform'], 14, '.3f')} {cell(row['header_tokens_prompt'], 14, ',.0f')} "
-              f"{cell(row['idle_while_pending_s'], 7, '.0f')} {cell(row['idle_share'], 11, '.3f')} "
+        interval = (f"{row['ci_low']:.2f}-{row['ci_high']:.2f}" if row.get("ci_low") is not None else "-").rjust(14)
+        print(f"{row['name']:16s} {row['prompt']:>6s} {row['balancer']:>10s} {cell(row['wall_s'], 8, '.2f')} "
+              f"{cell(row['over_platform'], 14, '.3f')} {interval} {cell(row['header_tokens_prompt'], 14, ',.0f')} "
+              f"{cell(row['idle_while_pending_s'], 7, '.1f')} {cell(row['idle_share'], 11, '.3f')} "
               f"{cell(row['headers_missing'], 8, 'd')}")
+
+
+def parse_scales(text: str) -> list[float]:
+    scales = [float(x) for x in text.split(",") if x.strip()]
+    if not scales or any(x <= 0 for x in scales):
+        raise ValueError("time scales must be positive numbers, e.g. 0.5,1,2,4,8")
+    return scales
+
+
+def run_scale(workdir: Path, time_scale: float, paths, docs, counter, settings, modes: list[str], workload: str,
+              runs: int, waves: int, wave_interval: float | None) -> dict:
+    """Every round of every mode at one time scale: the rounds and their summary."""
+    model = model_floor(docs, counter, settings, time_scale, workload_speeds(workload))
+    options = {}
+    if workload == "stream":
+        # Files arrive twice as fast as the fleet could serve them: it never waits for the inbox.
+        interval = wave_interval if wave_interval is not None else \
+            round(max(1.0, model["model_floor_s"] / 2 / max(1, waves - 1)), 2)
+        options = {"waves": waves, "wave_interval_s": interval}
+    rounds = []
+    for i in range(runs):
+        rounds.append(one_round(workdir, time_scale, paths, docs, counter, settings, modes, workload,
+                                model["model_floor_s"], options, round_index=i))
+        print(f"time scale {time_scale}, round {i + 1}: "
+              + ", ".join(f"{m} {r['wall_s']} s" for m, r in rounds[-1].items()), flush=True)
+    return {"time_scale": time_scale, **model, "rounds": rounds, **summarize(rounds)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1159,7 +1325,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="seed")
     parser.add_argument("--runs", type=int, default=1, help="rounds of every mode; medians are reported")
     parser.add_argument("--modes", default="floor,platform,legacy")
-    parser.add_argument("--time-scale", type=float, default=None, help="fix the fleet's time scale (no calibration)")
+    parser.add_argument("--time-scale", type=float, default=None,
+                        help="the fleet's time scale: real seconds per simulated second (default 1: the modelled GPU)")
+    parser.add_argument("--time-scales", default=None,
+                        help="sweep: comma-separated time scales, e.g. 0.5,1,2,4,8 (the headline is the worst)")
+    parser.add_argument("--embedder", choices=("remote", "local"), default="remote",
+                        help="remote: a simulated GPU embedding server (/v1/embeddings); local: MiniLM on this CPU")
+    parser.add_argument("--cap", type=int, default=None,
+                        help="configure max_in_flight per replica (default: none; the pool finds each replica's)")
+    parser.add_argument("--max-num-seqs", type=int, default=BenchOptions().max_num_seqs, help="the simulator's batch size")
+    parser.add_argument("--cost-model", choices=("vllm", "legacy"), default="vllm",
+                        help="legacy: the simulator's old cost model, to compare")
+    parser.add_argument("--engines", type=int, default=1, help="data-parallel engines per simulated replica")
+    parser.add_argument("--metrics-lag-s", type=float, default=0.0, help="how old the simulator's gauges are")
+    parser.add_argument("--processes", type=int, default=2, help="shared-fleet: ingest processes on one fleet")
+    parser.add_argument("--balancers", default="random,least_busy", help="peers: what routes their requests")
     parser.add_argument("--documents", type=int, default=None, help="documents of the workload (not codebase)")
     parser.add_argument("--waves", type=int, default=8, help="stream: waves of files dropped into the inbox")
     parser.add_argument("--wave-interval", type=float, default=None,
@@ -1169,14 +1349,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    global INGEST_SLOTS
-    INGEST_SLOTS = args.ingest_slots
+    global OPTIONS, BALANCERS_RUN
+    OPTIONS = BenchOptions(cap=args.cap, max_num_seqs=args.max_num_seqs, cost_model=args.cost_model,
+                           engines=args.engines, metrics_lag_s=args.metrics_lag_s, embedder=args.embedder,
+                           ingest_slots=args.ingest_slots, processes=args.processes)
+    from bench.peers import BALANCERS
+
+    BALANCERS_RUN = tuple(b.strip() for b in args.balancers.split(",") if b.strip())
+    if unknown := [b for b in BALANCERS_RUN if b not in BALANCERS]:
+        parser.error(f"--balancers: unknown {unknown}; use {', '.join(BALANCERS)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if problem := check_modes(modes):
         parser.error(problem)
     if args.documents is not None and args.workload == "codebase":
         parser.error("--documents: the codebase workload is a fixed set")
+    if args.time_scale is not None and args.time_scales is not None:
+        parser.error("--time-scale and --time-scales: give one")
+    try:
+        scales = parse_scales(args.time_scales) if args.time_scales else [args.time_scale or 1.0]
+    except ValueError as exc:
+        parser.error(f"--time-scales: {exc}")
     speeds = workload_speeds(args.workload)
 
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
@@ -1186,40 +1379,41 @@ def main(argv: list[str] | None = None) -> int:
         paths = build(workdir / "corpus") if args.documents is None else build(workdir / "corpus", args.documents)
         docs, counter, settings = corpus_chunks(paths)
         embed_s = embed_seconds(docs)
-        time_scale = args.time_scale or calibrate(workdir, docs, counter, settings, embed_s, speeds=speeds)
-        model = model_floor(docs, counter, settings, time_scale, speeds)
-        options = {}
-        if args.workload == "stream":
-            # Files arrive twice as fast as the fleet could serve them: it never waits for the inbox.
-            interval = args.wave_interval if args.wave_interval is not None else \
-                round(max(1.0, model["model_floor_s"] / 2 / max(1, args.waves - 1)), 2)
-            options = {"waves": args.waves, "wave_interval_s": interval}
-        rounds = []
-        for i in range(args.runs):
-            rounds.append(one_round(workdir, time_scale, paths, docs, counter, settings, modes, args.workload,
-                                    model["model_floor_s"], options, round_index=i))
-            print(f"round {i + 1}: " + ", ".join(f"{m} {r['wall_s']} s" for m, r in rounds[-1].items()), flush=True)
-        summary = summarize(rounds)
+        per_scale = [run_scale(workdir, scale, paths, docs, counter, settings, modes, args.workload, args.runs,
+                               args.waves, args.wave_interval) for scale in scales]
+        for entry in per_scale:
+            print_table(args.workload, entry["time_scale"], embed_s, entry["rounds"], entry)
+        worst = max(per_scale, key=lambda e: e.get("wall_over_model_floor") or 0)
+        summary = dict(worst)
         if args.workload == "small":
             summary["sensor_tick"] = run_sensor_tick(workdir, paths)
-            platform = [r["platform"] for r in rounds if "platform" in r]
-            floor = [r["floor"] for r in rounds if "floor" in r]
-            if platform and floor:
+            if summary.get("wall_s") and summary.get("floor_s"):
                 # What a document costs beyond its share of fleet time, and where it goes.
-                summary["per_document_overhead_s"] = round(
-                    (summary["wall_s"] - summary["floor_s"]) / len(paths), 3)
-        print_table(args.workload, time_scale, embed_s, rounds, summary)
-        if "sensor_tick" in summary:
+                summary["per_document_overhead_s"] = round((summary["wall_s"] - summary["floor_s"]) / len(paths), 3)
             print(f"sensor tick over {len(paths)} new files: {summary['sensor_tick']['tick_s']} s, "
                   f"{summary['sensor_tick']['run_requests']} run request(s); per-document overhead "
                   f"{summary.get('per_document_overhead_s')} s")
+        if len(per_scale) > 1:
+            print("sweep: " + ", ".join(f"{e['time_scale']}: {e.get('wall_over_model_floor')}" for e in per_scale)
+                  + f" (worst {worst['time_scale']})")
         from contextual_assets.settings import PlatformSettings
 
         result = {
             "workload": args.workload, "documents": len(paths), "chunks": sum(len(d.chunks) for d in docs),
-            "embed_s": round(embed_s, 2), "time_scale": time_scale, "speeds": list(speeds), "cap": CAP, **model,
-            "partitions_per_run": PlatformSettings.from_env().partitions_per_run, "ingest_slots": INGEST_SLOTS,
-            "machine": f"{os.cpu_count()} cores", "rounds": rounds, **summary,
+            "embedder": args.embedder, "embed_s_local_cpu": round(embed_s, 2),
+            **({"time_scales": scales} if len(scales) > 1 else {"time_scale": scales[0]}),
+            "wall_over_model_floor": worst.get("wall_over_model_floor"),
+            "utilization": worst.get("utilization"), "mean_batch_occupancy": worst.get("mean_batch_occupancy"),
+            "idle_while_pending_s": worst.get("idle_while_pending_s"),
+            "client_cpu_ms_per_request": client_cpu_figure(),
+            "max_num_seqs": OPTIONS.max_num_seqs, "cap_configured": OPTIONS.cap, "cost_model": OPTIONS.cost_model,
+            "engines": OPTIONS.engines, "metrics_lag_s": OPTIONS.metrics_lag_s,
+            "speeds": list(speeds), "peers": worst.get("peers", []),
+            "partitions_per_run": PlatformSettings.from_env().partitions_per_run,
+            "ingest_slots": OPTIONS.ingest_slots, "processes": OPTIONS.processes if args.workload == "shared-fleet"
+            else None, "machine": f"{os.cpu_count()} cores",
+            "scales": [{k: v for k, v in e.items() if k != "timeline"} for e in per_scale],
+            "summary": {k: v for k, v in summary.items() if k not in ("rounds", "peers")},
         }
         write_json(args.json, result)
     return 0

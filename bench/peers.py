@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -55,29 +56,58 @@ COOKBOOK_CHUNK = (
 
 # ---- one endpoint in front of many replicas ------------------------------------------------------
 
+BALANCERS = ("random", "least_busy")
+
+
 class _Shuffle:
-    """Draws a replica per request and points the request at it (the transports below share it)."""
+    """Picks a replica per request and points the request at it (the transports below share it).
 
-    def __init__(self, base_urls: list[str], seed: int | None):
+    `random`: uniformly at random (LiteLLM's simple-shuffle without weights); `least_busy`: the
+    replica with the fewest requests outstanding through this balancer, ties drawn at random (a
+    least-outstanding-requests balancer, e.g. Envoy's LEAST_REQUEST or nginx's least_conn, in front of
+    the fleet). Non-streaming answers: a request is outstanding until its response arrives."""
+
+    def __init__(self, base_urls: list[str], seed: int | None, balancer: str = "random"):
+        if balancer not in BALANCERS:
+            raise ValueError(f"balancer must be one of {BALANCERS}, got {balancer!r}")
         self.targets = [httpx.URL(u) for u in base_urls]
+        self.balancer = balancer
+        self.outstanding = [0] * len(self.targets)
         self._rng = random.Random(seed)
+        self._lock = threading.Lock()
 
-    def retarget(self, request: httpx.Request) -> None:
-        target = self._rng.choice(self.targets)
+    def retarget(self, request: httpx.Request) -> int:
+        with self._lock:
+            if self.balancer == "random":
+                index = self._rng.randrange(len(self.targets))
+            else:
+                least = min(self.outstanding)
+                index = self._rng.choice([i for i, n in enumerate(self.outstanding) if n == least])
+            self.outstanding[index] += 1
+        target = self.targets[index]
         request.url = request.url.copy_with(scheme=target.scheme, host=target.host, port=target.port)
         request.headers["host"] = request.url.netloc.decode("ascii")
+        return index
+
+    def done(self, index: int) -> None:
+        with self._lock:
+            self.outstanding[index] -= 1
 
 
 class ShuffleTransport(_Shuffle, httpx.BaseTransport):
-    """Each request to a replica drawn uniformly at random (LiteLLM's simple-shuffle without weights)."""
+    """Each request to a replica the balancer picks (see `_Shuffle`)."""
 
-    def __init__(self, base_urls: list[str], seed: int | None = None, limits: httpx.Limits | None = None):
-        super().__init__(base_urls, seed)
+    def __init__(self, base_urls: list[str], seed: int | None = None, limits: httpx.Limits | None = None,
+                 balancer: str = "random"):
+        super().__init__(base_urls, seed, balancer)
         self._inner = httpx.HTTPTransport(limits=limits or httpx.Limits())
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.retarget(request)
-        return self._inner.handle_request(request)
+        index = self.retarget(request)
+        try:
+            return self._inner.handle_request(request)
+        finally:
+            self.done(index)
 
     def close(self) -> None:
         self._inner.close()
@@ -86,13 +116,17 @@ class ShuffleTransport(_Shuffle, httpx.BaseTransport):
 class AsyncShuffleTransport(_Shuffle, httpx.AsyncBaseTransport):
     """`ShuffleTransport` for asyncio clients."""
 
-    def __init__(self, base_urls: list[str], seed: int | None = None, limits: httpx.Limits | None = None):
-        super().__init__(base_urls, seed)
+    def __init__(self, base_urls: list[str], seed: int | None = None, limits: httpx.Limits | None = None,
+                 balancer: str = "random"):
+        super().__init__(base_urls, seed, balancer)
         self._inner = httpx.AsyncHTTPTransport(limits=limits or httpx.Limits())
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.retarget(request)
-        return await self._inner.handle_async_request(request)
+        index = self.retarget(request)
+        try:
+            return await self._inner.handle_async_request(request)
+        finally:
+            self.done(index)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -118,6 +152,7 @@ class PeerJob:
     index_version: str
     ours_requests: Callable[[Any], list[tuple[Any, Any]]]
     seed: int = 0
+    balancer: str = "random"  # see `_Shuffle`
 
 
 @dataclass
@@ -210,7 +245,7 @@ def run_cookbook(job: PeerJob) -> PeerResult:
     t0 = time.monotonic()
     docs = parse_all(job)
     t_parse = time.monotonic()
-    http = httpx.Client(transport=ShuffleTransport(job.base_urls, job.seed, _limits(job)), timeout=600)
+    http = httpx.Client(transport=ShuffleTransport(job.base_urls, job.seed, _limits(job), job.balancer), timeout=600)
     client = openai.OpenAI(base_url=job.base_urls[0], api_key="none", http_client=http)
 
     def situate(chunk, messages: list[dict], max_tokens: int) -> tuple[tuple[str, int], str]:
@@ -255,7 +290,7 @@ def llamaindex_llm(job: PeerJob):
     return OpenAILike(model=job.model, api_base=job.base_urls[0], api_key="none", is_chat_model=True,
                       context_window=job.context_limit, temperature=0.0, timeout=600,
                       async_http_client=httpx.AsyncClient(
-                          transport=AsyncShuffleTransport(job.base_urls, job.seed, _limits(job))))
+                          transport=AsyncShuffleTransport(job.base_urls, job.seed, _limits(job), job.balancer)))
 
 
 def llamaindex_embedding(embedder, batch_size: int):

@@ -13,12 +13,14 @@ Endpoints per replica::
                                 max_model_len, as vLLM reports them (root: the weights, default the
                                 served name; parent: a LoRA adapter's base model, else null)
     POST /v1/chat/completions   non-streaming chat completions, usage, finish_reason, max_tokens
-    POST /v1/embeddings         deterministic unit vectors (dim 32) when serve_embeddings
+    POST /v1/embeddings         deterministic unit vectors (embedding_dim, default 32) when serve_embeddings,
+                                timed by an embedding lane (a small GPU encoder)
     POST /v1/rerank, /rerank    query + documents -> results by relevance_score (vLLM / Jina / Cohere shape),
                                 top_n; scored by ``relevance`` (a word-overlap proxy for a cross-encoder)
     POST /v1/score, /score      text_1 x text_2 (1:N or N:N) -> one score per pair, same proxy
-    GET  /metrics               Prometheus text with vLLM metric names (model_name label): requests
-                                running / waiting, KV-cache usage, token and success counters
+    GET  /metrics               Prometheus text with vLLM metric names (model_name and engine labels):
+                                requests running / waiting, KV-cache usage, token, prefix-cache,
+                                preemption and success counters (gauges lagged by metrics_lag_s)
     GET  /health                200 while the replica is up
     GET|POST /admin/faults      read / partially update this replica's fault injection (JSON)
     GET|POST /admin/model       read / change the weights behind the served name: POST
@@ -31,51 +33,117 @@ Tokens are whitespace-separated words. The prompt of a chat request is the conca
 ``role + " " + content`` over all messages, so ``[{"role": "user", "content": "a b c"}]`` has
 4 prompt tokens.
 
-Cost model (one engine loop per replica, continuous batching, times in *simulated* seconds):
+Cost model (``cost_model="vllm"``, the default; ``bench/sim/engine.py``, ``Engine``; times in
+*simulated* seconds). Each replica runs ``engines`` data-parallel engines (default 1) behind its one
+port; a chat request goes to the engine with the fewest outstanding (waiting + running) requests.
+Each engine is a vLLM v1 scheduler over a paged KV cache:
 
-* at most ``max_num_seqs`` sequences run; the others wait in FIFO order;
-* each iteration admits waiting requests while there is room; their prefill costs
-  ``prefill_s_per_token * uncached prompt tokens`` (tokens not covered by the prefix cache);
-* then one decode step for all running sequences costs
-  ``decode_base_s + decode_s_per_ctx_token * sum(context tokens)`` where a sequence's context is
-  its prompt plus the tokens generated so far; every running sequence gains one token;
+* KV pool: ``kv_cache_tokens`` (default 589,824) in blocks of ``block_size`` (16) tokens. A running
+  sequence references the blocks of its prompt and generated tokens; a new block is taken when its
+  next token starts one;
+* admission (FCFS, head of line, as vLLM v1): the head of the waiting queue is admitted when there
+  are fewer than ``max_num_seqs`` (default 256) running sequences and blocks for its whole uncached
+  prompt fit in the free pool; nothing behind it jumps the queue. Long prompts exhaust the KV pool
+  before the sequence cap (4,000-token prompts: 147 at a time, not 256). A request whose prompt plus
+  output can never fit (even alone) is a 400 at arrival;
+* prefix cache in the same pool: a block's hash covers every token up to and including it (only
+  identical leading blocks hit). Full prompt blocks are published as their prefill completes; when a
+  sequence finishes (or is preempted) its blocks are freed but keep their cached content, in an LRU
+  free queue (a sequence's tail blocks first), until a new block is needed and the oldest free block
+  is evicted. Blocks referenced by running sequences are never evicted. A hit skips the prefill of
+  those tokens (at least one token is always computed);
+* preemption by recomputation: when a running sequence needs a block for its next token and the free
+  queue is empty, the most recently admitted running sequence (maybe itself) is preempted: its blocks
+  freed, put back at the head of the waiting queue, and when readmitted its prompt plus the tokens it
+  had generated are prefilled again. No admission in a step that preempted. Counted in
+  ``vllm:num_preemptions_total`` and ``stats()["preemptions"]``;
+* engine steps with a token budget, ``max_num_batched_tokens`` (default 2,048): first one decode token
+  per running sequence, then prefill chunks of running sequences still in prefill, then newly
+  admitted ones, until the budget is spent (chunked prefill). A sequence generates nothing until its
+  prompt is fully prefilled; the step that completes it generates its first token;
+* step cost (a roofline)::
+
+      step_s = step_overhead_s + max(weights_read_s + kv_read_s_per_token * context tokens read,
+                                     compute_s_per_token * tokens computed)
+
+  with context tokens read = for each scheduled sequence its computed tokens plus those it computes
+  in the step, and tokens computed = decode tokens + prefill chunk tokens. ``busy_s`` is split into
+  ``prefill_s`` / ``decode_s`` by the step's token shares;
+* ``vllm:kv_cache_usage_perc`` (and the older ``vllm:gpu_cache_usage_perc``, the same value) = blocks
+  referenced by running sequences / all blocks, as vLLM reports it: cached-but-free blocks do not
+  count. ``stats()["kv_cache_usage"]`` is the fullest engine's;
 * every cost is divided by the replica's ``speed`` (and multiplied by the ``slowdown`` fault); the
-  engine sleeps ``cost * time_scale`` real
-  seconds per iteration, against a deadline (sleep overshoot is caught up on the next iteration,
-  so wall time tracks simulated time as long as the CPU keeps up; ``stats()["max_lag_s"]`` says
-  how far behind it ever got);
-* the prefix cache holds blocks of ``block_size`` tokens keyed by the hash of every token up to and
-  including the block (only identical leading blocks hit), LRU with ``prefix_cache_blocks`` blocks;
-* KV-cache usage (``vllm:kv_cache_usage_perc``, vLLM v1's name, and the same value as the older
-  ``vllm:gpu_cache_usage_perc``; ``stats()["kv_cache_usage"]``) is a fraction in [0, 1]: the prompt
-  plus generated tokens of the running sequences over ``kv_cache_tokens`` (0: ``max_num_seqs * 2048``),
-  capped at 1. It is a gauge only: admission is bounded by ``max_num_seqs``, never by KV space.
+  engine sleeps ``cost * time_scale`` real seconds per step, against a deadline (sleep overshoot is
+  caught up on the next step, so wall time tracks simulated time as long as the CPU keeps up;
+  ``stats()["max_lag_s"]`` says how far behind it ever got).
+
+Calibration (``engine.CALIBRATION``; each figure's source is in engine.py): Llama-3.2-3B in bf16 on
+one A100-SXM4-80GB (2,039 GB/s, 312 TFLOPS bf16), vLLM v1's A100 OpenAI-server defaults:
+
+* ``weights_read_s = 3.15e-3``       6.43 GB of weights / 2,039 GB/s, once per step
+* ``kv_read_s_per_token = 5.6e-8``   28 layers x 8 KV heads x 128 x 2 x 2 B = 112 KiB per token
+* ``compute_s_per_token = 4.1e-5``   2 x 3.21e9 FLOPs / (312 TFLOPS x 50 % MFU)
+* ``step_overhead_s = 2.5e-3``       scheduling, sampling, launches (estimate: 175 tokens/s alone)
+* ``kv_cache_tokens = 589,824``      ~63 GiB of KV at gpu_memory_utilization 0.9 / 112 KiB a token
+* ``max_num_batched_tokens = 2048``, ``max_num_seqs = 256``: vLLM's EngineArgs.get_batch_defaults
+  for the API server on an A100 (H100-class GPUs: 8,192 and 1,024)
+
+Cross-check: the field report in the project's context (four Granite 3B FP16 replicas on RTX 3090s at
+~16 requests in flight each: ~20K tokens/s, ~5K per card) matches the same 50 % MFU on a 3090
+(5.5K tokens/s, compute-bound prefill). One replica (speed 1) at concurrency C, closed loop
+(``engine.closed_loop_throughput``), in requests/s (output tokens/s)::
+
+    request                          C=1          C=16          C=64           C=256
+    1,000 + 50, distinct prompts     3.1 (155)    16.7 (836)    21.7 (1,087)   22.6 (1,129)
+    1,000 + 50, 900 shared prefix    3.5 (175)    41.5 (2,074)  89.5 (4,475)   129.1 (6,457)
+    100 + 200                        0.9 (176)    13.0 (2,606)  41.9 (8,375)   70.2 (14,037)
+    4,000 + 50                       2.2 (109)    5.5 (276)     5.9 (293)      5.8 (292)
+
+Uncached 1,000-token prompts are compute-bound on prefill (1,049 computed tokens x 41 us = 43 ms
+a request: ~23 requests/s at best), so their knee is below 16 sequences; when the prompt is mostly
+cached (one document's chunks) or the output long, decode steps are bound by the weight reads and
+fill up almost for free: the knee is well above 16 (64 vs 16: 2.2x and 3.2x; 256 vs 16: 3.1x, 5.4x). 4,000-token prompts
+saturate prefill compute at ~24K prompt tokens/s.
+
+Legacy cost model (``cost_model="legacy"``, ``--cost-model legacy``; ``LegacyEngine``), kept only to
+compare against: at most ``max_num_seqs`` sequences run, the others wait in FIFO order; each
+iteration admits waiting requests while there is room, their prefill costs ``prefill_s_per_token *
+uncached prompt tokens`` (a separate LRU prefix cache of ``prefix_cache_blocks`` blocks), then one
+decode step for all running sequences costs ``decode_base_s + decode_s_per_ctx_token * sum(context
+tokens)`` (2e-5, 6 ms, 6e-7); no KV bound, no preemption, no token budget, outputs mean +- 20 %;
+the KV gauge is the running tokens over ``kv_cache_tokens`` (0: ``max_num_seqs * 2048``), capped at
+1; /metrics has one label set (no ``engine`` label, no preemption counter); embeddings are instant.
 
 Scoring (/rerank, /score) is prefill only: a request of P prompt tokens (each (query, document) pair
-is one sequence, so the query counts once per document) costs ``prefill_s_per_token * P / speed``,
-served one request after another in a lane of its own beside the chat engine (vLLM serves a
+is one sequence, so the query counts once per document) costs ``prefill_s_per_token * P / speed``
+(2e-5 s a token),
+served one request after another in a lane of its own beside the chat engines (vLLM serves a
 reranker as a separate pooling model; its batches are compute-bound, so serial time is about
 batched time; the ``slowdown`` fault applies too). No prefix cache, no decode. The tokens count in ``prompt_tokens`` /
-``vllm:prompt_tokens``; ``stats()`` has ``rerank_requests``, ``score_requests`` and ``scoring_s``
+``vllm:prompt_tokens`` (engine 0); ``stats()`` has ``rerank_requests``, ``score_requests`` and ``scoring_s``
 (simulated seconds, not part of ``busy_s``). Faults: errors and stalls as for chat, no malformed
 answers; a pair over ``max_model_len`` is a 400.
 
-Default costs (``ReplicaSpec``) are those of one modern GPU serving a small (1-3B) model:
+Embeddings (/v1/embeddings, when ``serve_embeddings``; model ``sim-embed``, unit vectors of
+``embedding_dim``, deterministic per input text) are served in an embedding lane of their own, like
+scoring: one request (a batch of inputs) at a time, costing ``embed_base_s + embed_s_per_token *
+input tokens`` (1 ms + 3.5 us a token: a small GPU encoder, all-MiniLM-L6-v2 at ~14,200 sentences/s on
+a V100; ``stats()["embedding_s"]``, ``embedding_requests``, ``embeddings`` (inputs)). Faults: errors and
+stalls.
 
-* ``prefill_s_per_token = 2e-5``   (50k prompt tokens/s of prefill)
-* ``decode_base_s = 0.006``        (6 ms per decode step: weights read once per step)
-* ``decode_s_per_ctx_token = 6e-7`` (KV-cache read + attention, per context token per step;
-  pessimistic for GQA models, so that long contexts clearly cost more)
+/metrics: per engine (label ``engine="0"``, ``engine="1"``, ... beside ``model_name``, as vLLM v1 and
+its data-parallel deployments publish): gauges ``vllm:num_requests_running``,
+``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc``, ``vllm:gpu_cache_usage_perc``; counters
+``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, ``vllm:prefix_cache_queries_total``
+(tokens in full prompt blocks), ``vllm:prefix_cache_hits_total``, ``vllm:num_preemptions_total``,
+``vllm:request_success_total`` (finished_reason stop / length). With ``metrics_lag_s`` > 0
+(``--metrics-lag-s``) the gauges are answered as they were that many wall seconds ago (snapshots at
+most every 10 ms, the last second beyond the lag kept; before the first old-enough snapshot: idle);
+counters are current.
 
-With these, 16 concurrent requests of 1,000 prompt tokens + 50 output tokens spend 0.32 s in
-prefill and 50 x (6 ms + 16 x ~1,025 x 0.6 us) = 0.79 s in decode: decode-bound (71 %). With
-10,000-token prompts the same batch costs 3.2 s prefill + 5.1 s decode, about 7.5x longer. One
-request alone (1,000 + 50) costs 0.02 + 50 x 6.6 ms = 0.35 s; 16 of them one after another 5.6 s
-versus 1.1 s batched. (The brief's example prefill figure, 5e-5, would make the 16 x 1,000 case
-prefill-bound, 0.8 s vs 0.79 s, hence 2e-5.)
-
-Outputs: the natural output length of a request is deterministic from a hash of its prompt,
-``output_tokens_mean`` +- 20 % (per chunk in batch mode), never below the number of words of the
+Outputs: the natural output length of a request is deterministic from a hash of its prompt (per
+chunk in batch mode): lognormal with mean ``output_tokens_mean`` and sigma 0.5 (median 0.88x the mean,
+90 % between 0.39x and 2x, at most 8x; legacy: +- 20 %), never below the number of words of the
 content, capped by ``max_tokens`` (or ``max_completion_tokens``; default: the room left in the
 context). ``usage.completion_tokens`` is that simulated count (a subword tokenizer yields more tokens
 than words); when the cap is below the content's word count the content is cut to that many words
@@ -94,7 +162,7 @@ Faults (``FaultConfig``; construction, ``FleetSimulator.set_faults`` or ``POST /
 * ``error_rate``: HTTP 500 with an OpenAI-style error body (chat, embeddings, rerank and score);
 * ``stall_s`` / ``stall_rate``: the request sleeps ``stall_s`` *wall* seconds before it is processed
   (a replica that accepts connections and never answers: a large ``stall_s``, ``stall_rate`` 1);
-* ``slowdown`` (>= 1): every engine cost of the replica (prefill, decode step, scoring) is multiplied by
+* ``slowdown`` (>= 1): every engine cost of the replica (engine step, scoring, embedding) is multiplied by
   it, read at each engine iteration, so setting it mid-run slows the replica from its next step (a
   GPU that degrades for the tail of a run); 1 is healthy;
 * ``kill_at_s`` / ``restart_at_s``: *wall* seconds after fleet start. A kill closes the listening
@@ -111,6 +179,7 @@ Faults (``FaultConfig``; construction, ``FleetSimulator.set_faults`` or ``POST /
   outcomes is deterministic for a given seed, which request gets which depends on arrival order.
 
 Other status codes: 400 when prompt + max_tokens exceeds max_model_len ("maximum context length"),
+when prompt + output can never fit in the engine's KV pool (vllm cost model),
 for ``stream=true`` and for malformed bodies; 404 for an unknown model; 503 for a request that
 survives a kill without its connection (only seen if the client connection outlived the abort).
 A client that disconnects (timeout, a cancelled hedge) has its chat request aborted, as vLLM does:
@@ -125,14 +194,20 @@ an httpx client sees a rare ``httpx.ReadError`` on a reused keep-alive connectio
 retry transport errors, as they must against vLLM. A kill_at_s in the past set through the admin
 endpoint may kill the replica before that very answer is written.
 
-Capacity (2-core dev box, 4 replicas, 256 requests in flight, 1,000-token prompts): about 1.5 ms
-of simulator CPU per request; engine wall time matched ``busy_s * time_scale`` within 1 %, worst
-step lag 75 ms, no re-anchoring. The httpx client driving it used ~16 ms of CPU per request, so
-run the simulator standalone when the client's own CPU matters.
+Capacity (2-core dev box, standalone simulator, 1 replica, vllm cost model, time_scale 0.2, an httpx
+client keeping 256 requests of 1,000 prompt tokens + <= 50 output in flight, 1,024 requests): 1.0 ms
+of simulator CPU per request (HTTP included; the engine's own step work is O(running) per step,
+~0.3 ms a request); engine wall time matched ``busy_s * time_scale`` (9.05 s for 45.25 simulated s),
+worst step lag 4 ms, no re-anchoring. (Legacy model, 4 replicas, earlier measurement: ~1.5 ms.) The
+httpx client driving it used ~16 ms of CPU per request, so run the simulator standalone when the
+client's own CPU matters.
 
 Standalone (keeps the simulator off a client's GIL)::
 
     python -m bench.sim --replicas 4 --speeds 1,1,0.775,0.775 --time-scale 0.2 --port-file OUT.json
+
+(also ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--kv-cache-tokens``, ``--engines``,
+``--metrics-lag-s``, ``--cost-model vllm|legacy``, ``--embeddings``, ``--embedding-dim``)
 
 writes ``{"base_urls": [...], "admin_urls": [...], "pid": ...}`` atomically, then serves until
 SIGTERM / SIGINT.
@@ -157,6 +232,16 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from bench.sim.engine import (  # noqa: F401 - PrefixCache and _unit are re-exported (bench.model_floor)
+    CALIBRATION,
+    COST_MODELS,
+    PrefixCache,
+    Seq,
+    _unit,
+    make_engine,
+    natural_length,
+)
 
 MALFORMED_MODES = ("empty", "overlong", "echo", "copy", "bad_json")
 _CHUNK_RE = re.compile(r"<chunk(?P<attrs>[^>]*)>(?P<body>.*?)</chunk>", re.DOTALL)
@@ -212,10 +297,13 @@ class ReplicaSpec:
     root: str | None = None  # the weights /v1/models reports for model_name (None: model_name itself)
     parent: str | None = None  # a LoRA adapter's base model (None: not an adapter)
     max_model_len: int = 32768
-    max_num_seqs: int = 64
+    max_num_seqs: int = 256  # vLLM's default for the OpenAI server on an A100 (engine.py, CALIBRATION)
     block_size: int = 16
-    prefix_cache_blocks: int = 20000
-    kv_cache_tokens: int = 0  # KV-cache capacity for the usage gauge; 0: max_num_seqs * 2048
+    prefix_cache_blocks: int = 20000  # legacy cost model only (vllm: the cache shares the KV pool)
+    # KV-cache capacity in tokens, per engine; 0: the default, 589,824 (Llama-3.2-3B on an A100-80GB at
+    # gpu_memory_utilization 0.9) for "vllm", max_num_seqs * 2048 (a gauge only) for "legacy".
+    kv_cache_tokens: int = 0
+    # Legacy cost model (cost_model="legacy") coefficients; also the scoring lane's cost per token.
     prefill_s_per_token: float = 2e-5
     decode_base_s: float = 0.006
     decode_s_per_ctx_token: float = 6e-7
@@ -225,6 +313,18 @@ class ReplicaSpec:
     embedding_dim: int = 32
     port: int = 0  # 0: an ephemeral port, kept across kill/restart
     faults: FaultConfig = field(default_factory=FaultConfig)
+    cost_model: str = "vllm"  # "vllm", or "legacy": the old model, only to compare against
+    max_num_batched_tokens: int = int(CALIBRATION["max_num_batched_tokens"])  # per engine step
+    # vllm step cost: step_overhead_s + max(weights_read_s + kv_read_s_per_token * context tokens read,
+    #                                       compute_s_per_token * tokens computed)
+    step_overhead_s: float = CALIBRATION["step_overhead_s"]
+    weights_read_s: float = CALIBRATION["weights_read_s"]
+    kv_read_s_per_token: float = CALIBRATION["kv_read_s_per_token"]
+    compute_s_per_token: float = CALIBRATION["compute_s_per_token"]
+    engines: int = 1  # data-parallel engines behind the one port, each its own scheduler and KV pool
+    metrics_lag_s: float = 0.0  # /metrics gauges as they were this many wall seconds ago
+    embed_base_s: float = CALIBRATION["embed_base_s"]  # per /v1/embeddings request
+    embed_s_per_token: float = CALIBRATION["embed_s_per_token"]  # per input token
 
     def __post_init__(self) -> None:
         if self.speed <= 0:
@@ -232,7 +332,15 @@ class ReplicaSpec:
         if self.max_num_seqs < 1 or self.block_size < 1:
             raise ValueError("max_num_seqs and block_size must be >= 1")
         if self.kv_cache_tokens < 0:
-            raise ValueError("kv_cache_tokens must be >= 0 (0: max_num_seqs * 2048)")
+            raise ValueError("kv_cache_tokens must be >= 0 (0: the cost model's default)")
+        if self.cost_model not in COST_MODELS:
+            raise ValueError(f"cost_model must be one of {COST_MODELS}, got {self.cost_model!r}")
+        if self.engines < 1 or self.max_num_batched_tokens < 1:
+            raise ValueError("engines and max_num_batched_tokens must be >= 1")
+        if not self.metrics_lag_s >= 0:
+            raise ValueError("metrics_lag_s must be >= 0")
+        if self.cost_model == "vllm" and (self.kv_cache_tokens or CALIBRATION["kv_cache_tokens"]) < self.block_size:
+            raise ValueError("kv_cache_tokens must hold at least one block")
         if isinstance(self.faults, dict):
             self.faults = FaultConfig(**self.faults)
         self.faults.validate()
@@ -248,11 +356,6 @@ class ReplicaDown(Exception):
 
 def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-def _unit(text: str) -> float:
-    """A deterministic number in [0, 1) from a string."""
-    return int.from_bytes(_digest(text)[:8], "big") / 2**64
 
 
 def _message_text(content: Any) -> str:
@@ -332,53 +435,9 @@ def _error(status: int, message: str, err_type: str):
                         status_code=status)
 
 
-class PrefixCache:
-    """LRU of block hashes; a block's hash covers every token up to and including it."""
-
-    def __init__(self, block_size: int, capacity_blocks: int):
-        self.block_size = block_size
-        self.capacity = capacity_blocks
-        self.blocks: collections.OrderedDict[int, None] = collections.OrderedDict()
-
-    def admit(self, tokens: list[str]) -> tuple[int, int]:
-        """(hit tokens, queried tokens) for this prompt; its full blocks are then cached."""
-        bs = self.block_size
-        n_blocks = len(tokens) // bs
-        h = 0
-        hits = 0
-        hitting = True
-        for i in range(n_blocks):
-            h = hash((h, tuple(tokens[i * bs:(i + 1) * bs])))
-            if h in self.blocks:
-                self.blocks.move_to_end(h)
-                if hitting:
-                    hits += bs
-            else:
-                hitting = False
-                self.blocks[h] = None
-        while len(self.blocks) > self.capacity:
-            self.blocks.popitem(last=False)
-        return hits, n_blocks * bs
-
-    def clear(self) -> None:
-        self.blocks.clear()
-
-
-@dataclass
-class _Seq:
-    tokens: list[str]
-    target: int
-    future: asyncio.Future
-    generated: int = 0
-
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self.tokens)
-
-
-_FLOAT_ACCT = ("busy_s", "prefill_s", "decode_s", "busy_wall_s", "max_lag_s", "scoring_s")
+_FLOAT_ACCT = ("busy_s", "prefill_s", "decode_s", "busy_wall_s", "max_lag_s", "scoring_s", "embedding_s", "seq_s")
 _COUNTER_FIELDS = ("prompt_tokens", "generation_tokens", "prefix_hit_tokens", "prefix_query_tokens",
-                   "success_stop", "success_length")
+                   "preemptions", "success_stop", "success_length")
 
 
 # --------------------------------------------------------------------------------------------
@@ -395,24 +454,24 @@ class Replica:
         self.root = spec.root
         self.parent = spec.parent
         self.rng = random.Random(self._fault_seed())
-        self.cache = PrefixCache(spec.block_size, spec.prefix_cache_blocks)
-        self.waiting: collections.deque[_Seq] = collections.deque()
-        self.running: list[_Seq] = []
+        self.engines = [make_engine(spec) for _ in range(spec.engines)]
+        self.engine_tasks: list[asyncio.Task] = []
+        self.wakes = [asyncio.Event() for _ in self.engines]
+        # Per engine: (loop time, running, waiting, kv usage), for metrics_lag_s.
+        self.history: list[collections.deque] = [collections.deque() for _ in self.engines]
         self.epoch = 0
         self.alive = False
         self.server = None
         self.serve_task: asyncio.Task | None = None
-        self.engine_task: asyncio.Task | None = None
         self.schedule_task: asyncio.Task | None = None
-        self.wake = asyncio.Event()
-        self.counters = dict.fromkeys(_COUNTER_FIELDS, 0)
-        self.metrics_offset = dict.fromkeys(_COUNTER_FIELDS, 0)
+        self.metrics_offset = [dict.fromkeys(_COUNTER_FIELDS, 0) for _ in self.engines]
         self.metrics_created = time.time()
         self.acct: dict[str, float] = dict.fromkeys(
-            ("busy_s", "prefill_s", "decode_s", "busy_wall_s", "steps", "max_lag_s", "reanchors", "errors_injected", "stalls_injected",
+            ("busy_s", "seq_s", "prefill_s", "decode_s", "busy_wall_s", "steps", "max_lag_s", "reanchors", "errors_injected", "stalls_injected",
              "malformed_injected", "rejected", "dropped", "aborted", "kills", "restarts", "embeddings",
-             "rerank_requests", "score_requests", "scoring_s"), 0)
+             "embedding_requests", "embedding_s", "rerank_requests", "score_requests", "scoring_s"), 0)
         self.scoring_free_at = 0.0  # loop time at which the scoring lane has served what it was given
+        self.embedding_free_at = 0.0  # the same for the embedding lane
         self.open_requests = 0  # chat requests inside the handler (body parsed, no answer yet)
         self.peak_open_requests = 0  # since start; kills and restarts keep it
         self.app = self._build_app()
@@ -447,8 +506,8 @@ class Replica:
                 raise RuntimeError(f"replica {self.index} failed to start")
             await asyncio.sleep(0.002)
         self.alive = True
-        if self.engine_task is None:
-            self.engine_task = asyncio.ensure_future(self._engine())
+        if not self.engine_tasks:
+            self.engine_tasks = [asyncio.ensure_future(self._engine(e)) for e in range(len(self.engines))]
 
     async def kill(self) -> None:
         if not self.alive:
@@ -463,14 +522,15 @@ class Replica:
             transport = getattr(conn, "transport", None)
             if transport is not None:
                 transport.abort()  # drop in-flight and idle connections
-        for seq in list(self.waiting) + self.running:
-            if not seq.future.done():
-                seq.future.set_exception(ReplicaDown())
-                self.acct["dropped"] += 1
-        self.waiting = collections.deque()
-        self.running = []
-        self.cache.clear()
+        for e, engine in enumerate(self.engines):
+            for seq in list(engine.waiting) + engine.running:
+                if not seq.future.done():
+                    seq.future.set_exception(ReplicaDown())
+                    self.acct["dropped"] += 1
+            engine.reset()  # cold KV pool and prefix cache
+            self._snapshot(e)
         self.scoring_free_at = 0.0  # the queued scoring work died with the process
+        self.embedding_free_at = 0.0
         server.should_exit = True
         server.force_exit = True
         try:
@@ -482,7 +542,7 @@ class Replica:
         if self.alive:
             return
         self.acct["restarts"] += 1
-        self.metrics_offset = dict(self.counters)
+        self.metrics_offset = [dict(engine.counters) for engine in self.engines]
         self.metrics_created = time.time()
         await self.start()
 
@@ -490,8 +550,8 @@ class Replica:
         if self.schedule_task is not None:
             self.schedule_task.cancel()
         await self.kill()
-        if self.engine_task is not None:
-            self.engine_task.cancel()
+        for task in self.engine_tasks:
+            task.cancel()
 
     # ---- faults
 
@@ -550,90 +610,113 @@ class Replica:
 
     # ---- engine
 
-    async def _engine(self) -> None:
+    async def _engine(self, e: int) -> None:
+        """Engine e's loop: schedule a step, sleep its cost (times time_scale) against a deadline, apply it."""
         spec = self.spec
+        engine = self.engines[e]
+        wake = self.wakes[e]
+        acct = self.acct
         loop = asyncio.get_running_loop()
         anchor: float | None = None
         sim_since_anchor = 0.0
         busy_started = 0.0
         while True:
-            if not self.waiting and not self.running:
+            plan = engine.schedule()
+            if plan is None:
                 if anchor is not None:
-                    self.acct["busy_wall_s"] += loop.time() - busy_started
+                    acct["busy_wall_s"] += loop.time() - busy_started
                     anchor = None
-                self.wake.clear()
-                await self.wake.wait()
+                self._snapshot(e)
+                wake.clear()
+                await wake.wait()
                 continue
             if anchor is None:
                 anchor = busy_started = loop.time()
                 sim_since_anchor = 0.0
             epoch = self.epoch
-            # Admission + prefill.
-            prefill_tokens = 0
-            running = self.running
-            if any(s.future.done() for s in running):  # aborted by their clients
-                running[:] = [s for s in running if not s.future.done()]
-            while self.waiting and len(running) < spec.max_num_seqs:
-                seq = self.waiting.popleft()
-                if seq.future.done():
-                    continue
-                hits, queried = self.cache.admit(seq.tokens)
-                self.counters["prefix_hit_tokens"] += hits
-                self.counters["prefix_query_tokens"] += queried
-                self.counters["prompt_tokens"] += seq.prompt_tokens
-                prefill_tokens += max(1, seq.prompt_tokens - hits)
-                running.append(seq)
-            if not running:
-                continue
-            ctx = 0
-            for s in running:
-                ctx += len(s.tokens) + s.generated
-            # Read every step, so a slowdown set mid-run applies from the next iteration.
+            # Read every step, so a slowdown set mid-run applies from the next step.
             factor = self.faults.slowdown / spec.speed
-            prefill_cost = spec.prefill_s_per_token * prefill_tokens * factor
-            decode_cost = (spec.decode_base_s + spec.decode_s_per_ctx_token * ctx) * factor
-            cost = prefill_cost + decode_cost
-            self.acct["busy_s"] += cost
-            self.acct["prefill_s"] += prefill_cost
-            self.acct["decode_s"] += decode_cost
-            self.acct["steps"] += 1
+            cost = plan.cost_s * factor
+            acct["busy_s"] += cost
+            acct["seq_s"] += cost * len(plan.work)  # sequence-seconds: busy_s x the step's batch
+            acct["prefill_s"] += plan.prefill_s * factor
+            acct["decode_s"] += plan.decode_s * factor
+            acct["steps"] += 1
+            self._snapshot(e)
             sim_since_anchor += cost
             deadline = anchor + sim_since_anchor * self.fleet.time_scale
             delay = deadline - loop.time()
             await asyncio.sleep(delay if delay > 0 else 0)
             lag = loop.time() - deadline
-            if lag > self.acct["max_lag_s"]:
-                self.acct["max_lag_s"] = lag
+            if lag > acct["max_lag_s"]:
+                acct["max_lag_s"] = lag
             if lag > 0.2:  # far behind (CPU starved): do not burst to catch up
-                self.acct["reanchors"] += 1
+                acct["reanchors"] += 1
                 anchor, sim_since_anchor = loop.time(), 0.0
-            if epoch != self.epoch:  # killed while "computing"
+            if epoch != self.epoch:  # killed while "computing": the engine was reset
                 continue
-            still = []
-            for s in running:
-                if s.future.done():
-                    continue
-                s.generated += 1
-                self.counters["generation_tokens"] += 1
-                if s.generated >= s.target:
-                    s.future.set_result(s.generated)
-                else:
-                    still.append(s)
-            running[:] = still
+            engine.commit(plan)
 
-    async def generate(self, tokens: list[str], target: int) -> int:
+    def _pick_engine(self) -> int:
+        """The engine with the fewest outstanding requests (the lowest index on ties)."""
+        if len(self.engines) == 1:
+            return 0
+        return min(range(len(self.engines)), key=lambda e: self.engines[e].outstanding())
+
+    async def generate(self, tokens: list[str], target: int, engine: int | None = None) -> tuple[int, int]:
+        """(generated tokens, engine index) of one chat request run to its end."""
         if not self.alive:
             raise ReplicaDown()
-        seq = _Seq(tokens=tokens, target=max(1, target), future=asyncio.get_running_loop().create_future())
-        self.waiting.append(seq)
-        self.wake.set()
+        e = self._pick_engine() if engine is None else engine
+        seq = Seq(tokens, target, asyncio.get_running_loop().create_future())
+        self.engines[e].submit(seq)
+        self.wakes[e].set()
+        self._snapshot(e)
         try:
-            return await seq.future
+            return await seq.future, e
         except asyncio.CancelledError:  # the client went away; the engine drops the cancelled seq
             seq.future.cancel()
             raise
 
+    def _snapshot(self, e: int) -> None:
+        """Record engine e's gauges for the lagged /metrics (only when metrics_lag_s > 0): at most one
+        entry per 10 ms (the latest state wins), entries older than the lag + 1 s dropped."""
+        lag = self.spec.metrics_lag_s
+        if lag <= 0:
+            return
+        engine = self.engines[e]
+        now = time.monotonic()
+        entry = (now, len(engine.running), len(engine.waiting), engine.kv_usage())
+        hist = self.history[e]
+        if hist and now - hist[-1][0] < 0.01 and len(hist) > 1:
+            hist[-1] = (hist[-1][0],) + entry[1:]
+        else:
+            hist.append(entry)
+        while len(hist) > 2 and hist[1][0] < now - lag - 1.0:
+            hist.popleft()
+
+    def gauges(self, e: int) -> tuple[int, int, float]:
+        """(running, waiting, kv usage) of engine e as /metrics reports them: metrics_lag_s ago."""
+        engine = self.engines[e]
+        lag = self.spec.metrics_lag_s
+        if lag <= 0:
+            return len(engine.running), len(engine.waiting), engine.kv_usage()
+        target = time.monotonic() - lag
+        for t, running, waiting, usage in reversed(self.history[e]):
+            if t <= target:
+                return running, waiting, usage
+        return 0, 0, 0.0  # before the first snapshot old enough: the idle engine it was at start
+
     # ---- accounting
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Cumulative counters over all engines (kills and restarts keep them)."""
+        out = dict.fromkeys(_COUNTER_FIELDS, 0)
+        for engine in self.engines:
+            for k in _COUNTER_FIELDS:
+                out[k] += engine.counters[k]
+        return out
 
     def stats(self) -> dict:
         c = self.counters
@@ -644,8 +727,11 @@ class Replica:
             "completed_stop": c["success_stop"], "completed_length": c["success_length"],
             "prompt_tokens": c["prompt_tokens"], "generation_tokens": c["generation_tokens"],
             "prefix_hit_tokens": c["prefix_hit_tokens"], "prefix_query_tokens": c["prefix_query_tokens"],
-            "running": len(self.running), "waiting": len(self.waiting),
-            "kv_cache_usage": self.kv_cache_usage(),
+            "running": sum(len(e.running) for e in self.engines),
+            "waiting": sum(len(e.waiting) for e in self.engines),
+            "kv_cache_usage": self.kv_cache_usage(), "preemptions": c["preemptions"],
+            "engines": len(self.engines), "cost_model": self.spec.cost_model,
+            "sim_clock_s": [e.clock for e in self.engines],
             "open_requests": self.open_requests, "peak_open_requests": self.peak_open_requests,
         }
         for k, v in self.acct.items():
@@ -653,15 +739,23 @@ class Replica:
         return out
 
     def kv_cache_usage(self) -> float:
-        """The share of the KV cache the running sequences hold (prompt + generated tokens), at most 1."""
-        capacity = self.spec.kv_cache_tokens or self.spec.max_num_seqs * 2048
-        used = sum(s.prompt_tokens + s.generated for s in self.running if not s.future.done())
-        return min(1.0, used / capacity)
+        """The fullest engine's KV-cache usage, now (vllm: blocks referenced by running sequences over
+        all blocks; legacy: running prompt + generated tokens over the capacity, at most 1)."""
+        return max(e.kv_usage() for e in self.engines)
 
     def metrics_text(self) -> str:
         model = self.spec.model_name.replace("\\", "\\\\").replace('"', '\\"')
-        cur = {k: self.counters[k] - self.metrics_offset[k] for k in _COUNTER_FIELDS}
-        lbl = f'model_name="{model}"'
+        legacy = self.spec.cost_model == "legacy"
+        # vLLM v1 labels every series with its engine (data parallel: one per engine); legacy: one set.
+        labels = [f'model_name="{model}"'] if legacy else \
+            [f'model_name="{model}",engine="{e}"' for e in range(len(self.engines))]
+        cur = [{k: engine.counters[k] - offset[k] for k in _COUNTER_FIELDS}
+               for engine, offset in zip(self.engines, self.metrics_offset)]
+        if legacy:
+            cur = [{k: sum(c[k] for c in cur) for k in _COUNTER_FIELDS}]
+        gauges = [self.gauges(e) for e in range(len(self.engines))]
+        if legacy:
+            gauges = [(sum(g[0] for g in gauges), sum(g[1] for g in gauges), max(g[2] for g in gauges))]
         lines: list[str] = []
 
         def counter(name: str, help_text: str, samples: list[tuple[str, float]]) -> None:
@@ -674,27 +768,32 @@ class Replica:
             for labels, _ in samples:
                 lines.append(f"{name}_created{{{labels}}} {self.metrics_created!r}")
 
-        def gauge(name: str, help_text: str, value: float) -> None:
+        def gauge(name: str, help_text: str, index: int) -> None:
             lines.append(f"# HELP {name} {help_text}")
             lines.append(f"# TYPE {name} gauge")
-            lines.append(f"{name}{{{lbl}}} {float(value)!r}")
+            for lbl, g in zip(labels, gauges):
+                lines.append(f"{name}{{{lbl}}} {float(g[index])!r}")
 
-        gauge("vllm:num_requests_running", "Number of requests in model execution batches.", len(self.running))
-        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(self.waiting))
+        def per_engine(key: str) -> list[tuple[str, float]]:
+            return [(lbl, c[key]) for lbl, c in zip(labels, cur)]
+
+        gauge("vllm:num_requests_running", "Number of requests in model execution batches.", 0)
+        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", 1)
         # vLLM v1's name, and the name older releases (and older dashboards) read; the same value.
-        usage = self.kv_cache_usage()
-        gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
-        gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", usage)
-        counter("vllm:prompt_tokens", "Number of prefill tokens processed.", [(lbl, cur["prompt_tokens"])])
-        counter("vllm:generation_tokens", "Number of generation tokens processed.",
-                [(lbl, cur["generation_tokens"])])
+        gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", 2)
+        gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", 2)
+        counter("vllm:prompt_tokens", "Number of prefill tokens processed.", per_engine("prompt_tokens"))
+        counter("vllm:generation_tokens", "Number of generation tokens processed.", per_engine("generation_tokens"))
         counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                [(lbl, cur["prefix_query_tokens"])])
+                per_engine("prefix_query_tokens"))
         counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
-                [(lbl, cur["prefix_hit_tokens"])])
+                per_engine("prefix_hit_tokens"))
+        if not legacy:
+            counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+                    per_engine("preemptions"))
         counter("vllm:request_success", "Count of successfully processed requests.",
-                [(f'{lbl},finished_reason="stop"', cur["success_stop"]),
-                 (f'{lbl},finished_reason="length"', cur["success_length"])])
+                [(f'{lbl},finished_reason="{reason}"', c[f"success_{reason}"])
+                 for lbl, c in zip(labels, cur) for reason in ("stop", "length")])
         return "\n".join(lines) + "\n"
 
     # ---- HTTP
@@ -871,12 +970,17 @@ class Replica:
         if target < len(words):
             content = " ".join(words[:target])
             finish = "length"
+        if not self.engines[0].fits_ever(n_prompt, target):
+            self.acct["rejected"] += 1
+            return _error(400, f"The request needs {n_prompt + target} tokens of KV cache ({n_prompt} prompt, "
+                               f"{target} output) but the engine holds {self.engines[0].num_blocks} blocks of "
+                               f"{spec.block_size} tokens; it can never be scheduled.", "BadRequestError")
 
         try:
-            generated = await self.generate(tokens, target)
+            generated, e = await self.generate(tokens, target)
         except ReplicaDown:
             return _error(503, "replica is shutting down", "ServiceUnavailableError")
-        self.counters["success_length" if finish == "length" else "success_stop"] += 1
+        self.engines[e].counters["success_length" if finish == "length" else "success_stop"] += 1
         return JSONResponse({
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
             "model": spec.model_name,
@@ -907,7 +1011,7 @@ class Replica:
             self.acct["malformed_injected"] += 1
 
         def jitter(key: str) -> int:
-            return max(1, round(mean * (0.8 + 0.4 * _unit(key))))
+            return natural_length(key, mean, self.spec.cost_model)
 
         if malformed == "empty":
             return "", 1
@@ -960,8 +1064,12 @@ class Replica:
         fault = await self._pre_faults()
         if fault is not None:
             return fault
-        self.acct["embeddings"] += len(inputs)
         n_tokens = sum(len(x.split()) for x in inputs)
+        err = await self._embedding_time(n_tokens)
+        if err is not None:
+            return err
+        self.acct["embeddings"] += len(inputs)
+        self.acct["embedding_requests"] += 1
         return JSONResponse({
             "object": "list", "model": model,
             "data": [{"object": "embedding", "index": i, "embedding": embedding_vector(x, self.spec.embedding_dim)}
@@ -1054,8 +1162,26 @@ class Replica:
         err = await self._scoring_time(n_tokens)
         if err is not None:
             return None, 0, err
-        self.counters["prompt_tokens"] += n_tokens
+        self.engines[0].counters["prompt_tokens"] += n_tokens
         return [relevance(q, d) for q, d in pairs], n_tokens, None
+
+    async def _embedding_time(self, n_tokens: int):
+        """Wait out an embedding request in the replica's embedding lane (FIFO, one batch at a time, a
+        small GPU encoder: embed_base_s + embed_s_per_token * input tokens, legacy: instant); None, or a
+        503 when the replica was killed meanwhile."""
+        spec = self.spec
+        if spec.cost_model == "legacy":
+            return None
+        cost = (spec.embed_base_s + spec.embed_s_per_token * n_tokens) * self.faults.slowdown / spec.speed
+        loop = asyncio.get_running_loop()
+        epoch = self.epoch
+        done_at = max(loop.time(), self.embedding_free_at) + cost * self.fleet.time_scale
+        self.embedding_free_at = done_at
+        self.acct["embedding_s"] += cost
+        await asyncio.sleep(max(0.0, done_at - loop.time()))
+        if epoch != self.epoch or not self.alive:
+            return _error(503, "replica restarted during the request", "ServiceUnavailableError")
+        return None
 
     async def _scoring_time(self, n_tokens: int):
         """Wait out a scoring request's prefill in the replica's scoring lane (FIFO, one request at a
@@ -1233,8 +1359,9 @@ class FleetSimulator:
 
     def stats(self) -> list[dict]:
         """Per replica: completed, prompt/generation tokens, prefix hit/query tokens, busy_s (simulated
-        seconds, = prefill_s + decode_s), busy_wall_s, steps, max_lag_s, injected faults,
-        dropped/aborted/rejected requests, kills, running/waiting, kv_cache_usage,
+        seconds, = prefill_s + decode_s), seq_s (sequence-seconds: each step's cost x its batch),
+        busy_wall_s, steps, max_lag_s, injected faults,
+        dropped/aborted/rejected requests, kills, running/waiting, kv_cache_usage, preemptions, engines,
         open_requests/peak_open_requests..."""
         return self._call_sync(lambda: [r.stats() for r in self.replicas])
 
@@ -1256,9 +1383,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=None, help="the weights /v1/models reports for --model (default: --model)")
     parser.add_argument("--parent", default=None, help="a LoRA adapter's base model for /v1/models (default: none)")
     parser.add_argument("--max-model-len", type=int, default=32768)
-    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--max-num-seqs", type=int, default=int(CALIBRATION["max_num_seqs"]))
+    parser.add_argument("--max-num-batched-tokens", type=int, default=int(CALIBRATION["max_num_batched_tokens"]))
+    parser.add_argument("--kv-cache-tokens", type=int, default=0, help="KV capacity per engine (0: the default)")
     parser.add_argument("--output-tokens-mean", type=int, default=50)
+    parser.add_argument("--engines", type=int, default=1, help="data-parallel engines per replica")
+    parser.add_argument("--metrics-lag-s", type=float, default=0.0, help="/metrics gauges this many s old")
+    parser.add_argument("--cost-model", choices=COST_MODELS, default="vllm")
     parser.add_argument("--embeddings", action="store_true", help="also serve sim-embed on /v1/embeddings")
+    parser.add_argument("--embedding-dim", type=int, default=32)
     parser.add_argument("--base-port", type=int, default=0, help="replica i on base-port + i (0: ephemeral)")
     parser.add_argument("--faults", default="{}",
                         help='JSON {"<replica index>": {fault settings}}, e.g. {"1": {"error_rate": 0.1}}')
@@ -1275,7 +1408,9 @@ def main(argv: list[str] | None = None) -> int:
     specs = [ReplicaSpec(speed=speeds[i], model_name=args.model, root=args.root, parent=args.parent,
                          max_model_len=args.max_model_len,
                          max_num_seqs=args.max_num_seqs, output_tokens_mean=args.output_tokens_mean,
-                         serve_embeddings=args.embeddings, port=(args.base_port + i) if args.base_port else 0,
+                         max_num_batched_tokens=args.max_num_batched_tokens, kv_cache_tokens=args.kv_cache_tokens,
+                         engines=args.engines, metrics_lag_s=args.metrics_lag_s, cost_model=args.cost_model,
+                         serve_embeddings=args.embeddings, embedding_dim=args.embedding_dim, port=(args.base_port + i) if args.base_port else 0,
                          faults=FaultConfig(**faults.get(i, {})))
              for i in range(n)]
     stop = threading.Event()

@@ -13,9 +13,10 @@ from pathlib import Path
 import httpx
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# The throughput benchmark's fleet (bench.ingest): 4 replicas, two of them 29 % slower, 16 slots each.
+# The throughput benchmark's fleet (bench.ingest): 4 replicas, two of them 29 % slower; vLLM's default
+# 256 sequence slots each (an A100's OpenAI-server default; KV space bounds admission too).
 DEFAULT_SPEEDS = (1.0, 1.0, 0.775, 0.775)
-DEFAULT_MAX_NUM_SEQS = 16
+DEFAULT_MAX_NUM_SEQS = 256
 
 
 @dataclass
@@ -26,13 +27,18 @@ class SimFleet:
 
     @classmethod
     def start(cls, workdir: Path, time_scale: float, speeds: tuple[float, ...] | list[float] = DEFAULT_SPEEDS,
-              max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, root: str | None = None) -> SimFleet:
+              max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, root: str | None = None, serve_embeddings: bool = False,
+              embedding_dim: int = 384, engines: int = 1, metrics_lag_s: float = 0.0,
+              cost_model: str = "vllm") -> SimFleet:
         """A cold simulator process; its port file is written under `workdir`. `root`: the weights its
-        /v1/models reports for the served name (default: the name)."""
+        /v1/models reports for the served name (default: the name). The rest as the `python -m bench.sim`
+        flags of the same names (ReplicaSpec's fields)."""
         port_file = workdir / f"sim-{time.monotonic_ns()}.json"
         proc = subprocess.Popen(
             [sys.executable, "-m", "bench.sim", "--speeds", ",".join(map(str, speeds)),
              "--max-num-seqs", str(max_num_seqs), "--time-scale", str(time_scale), "--port-file", str(port_file),
+             "--engines", str(engines), "--metrics-lag-s", str(metrics_lag_s), "--cost-model", cost_model,
+             "--embedding-dim", str(embedding_dim), *(["--embeddings"] if serve_embeddings else []),
              *(["--root", root] if root else [])],
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )

@@ -104,7 +104,7 @@ def test_models_usage_determinism_and_context_limit(client):
         n_prompt = len(("system a b\nuser " + content).split())
         assert out["usage"]["prompt_tokens"] == n_prompt
         assert out["usage"]["total_tokens"] == n_prompt + out["usage"]["completion_tokens"]
-        assert 40 <= out["usage"]["completion_tokens"] <= 60  # 50 +- 20 %
+        assert 1 <= out["usage"]["completion_tokens"] <= 8 * 50  # lognormal around 50, capped at 8x
         assert out["model"] == "sim-model" and out["object"] == "chat.completion"
         choice = out["choices"][0]
         assert choice["finish_reason"] == "stop" and choice["message"]["role"] == "assistant"
@@ -160,18 +160,20 @@ def test_continuous_batching_and_decode_bound(client):
         assert post_chat(client, url, words(1000, "single")).status_code == 200
         wall_single = time.monotonic() - t0
         busy_single = fleet.stats()[0]["busy_s"]
-        assert 0.2 < busy_single < 0.5  # ~0.02 s prefill + ~50 x 6.6 ms decode
+        # ~0.04 s prefill (compute-bound, 41 us/token) + ~50 x 4.7 ms decode (lognormal length)
+        assert 0.05 < busy_single < 1.0
 
         t0 = time.monotonic()
         asyncio.run(concurrent_chats(url, [words(1000, f"b{k}_") for k in range(16)]))
         wall_batch = time.monotonic() - t0
         s = fleet.stats()[0]
         busy_batch = s["busy_s"] - busy_single
-        # 16 requests cost far less than 16 single requests (expected ~1.1 s vs 5.6 s simulated).
-        assert busy_batch < 0.35 * 16 * busy_single, (busy_batch, busy_single)
-        assert wall_batch < 0.5 * 16 * wall_single, (wall_batch, wall_single)
-        # Decode-bound at 1,000-token prompts.
-        assert s["decode_s"] > s["prefill_s"]
+        # 16 requests cost far less than 16 single requests (the decode steps are shared).
+        assert busy_batch < 0.6 * 16 * busy_single, (busy_batch, busy_single)
+        assert wall_batch < 0.7 * 16 * wall_single, (wall_batch, wall_single)
+        # Prefill-bound at 1,000-token prompts on the calibrated A100 (compute-bound prefill, 16 prompts
+        # of 1,000 tokens ~0.66 s; the ~50 shared decode steps ~0.25 s).
+        assert s["prefill_s"] > s["decode_s"]
         assert s["prefix_hit_tokens"] == 0
 
     with FleetSimulator([ReplicaSpec()], time_scale=0.05) as fleet:
@@ -180,7 +182,7 @@ def test_continuous_batching_and_decode_bound(client):
         s_long = fleet.stats()[0]
         assert s_long["prefix_hit_tokens"] == 0 and s_long["completed"] == 16
         ratio = s_long["busy_s"] / busy_batch
-        assert ratio > 1.5, ratio  # expected ~7.5
+        assert ratio > 1.5, ratio  # expected ~7
         # The engine kept up with wall time (loose: shared CPU).
         assert s_long["busy_wall_s"] < 3 * s_long["busy_s"] * 0.05 + 0.5
 
@@ -362,7 +364,7 @@ def test_malformed_modes_and_batch_json(client):
         headers = json.loads(text)["headers"]
         assert [h["id"] for h in headers] == ["c0", "c1", "c2"]
         assert all(h["header"].startswith("This passage") for h in headers)
-        assert out["usage"]["completion_tokens"] >= 3 * 40
+        assert out["usage"]["completion_tokens"] >= len(text.split(" "))  # never below the answer's words
         text2, _ = content(chunks, response_format={"type": "json_object"})
         assert [h["id"] for h in json.loads(text2)["headers"]] == ["c0", "c1", "c2"]
         # A batch cut by max_tokens is invalid JSON with finish_reason "length".
@@ -696,7 +698,9 @@ def test_slowdown_fault_multiplies_engine_costs_and_applies_mid_request(client):
 def test_kv_cache_usage_gauge_under_both_names(client):
     with pytest.raises(ValueError, match="kv_cache_tokens"):
         ReplicaSpec(kv_cache_tokens=-1)
-    specs = [ReplicaSpec(max_num_seqs=4), ReplicaSpec(kv_cache_tokens=100)]
+    # The legacy gauge (a share of max_num_seqs * 2,048 tokens that bounds nothing); the vllm gauge is
+    # tested in test_sim_engine.py.
+    specs = [ReplicaSpec(max_num_seqs=4, cost_model="legacy"), ReplicaSpec(kv_cache_tokens=100, cost_model="legacy")]
     with FleetSimulator(specs, time_scale=1.0) as fleet:
         url = fleet.base_urls[0]
         idle = metrics(client, url)

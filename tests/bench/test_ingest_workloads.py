@@ -50,17 +50,47 @@ def test_wave_batches_keep_order_and_sizes():
     assert ingest.wave_batches(paths[:2], 8) == [[0], [1]]
 
 
-def test_run_boundaries_count_idle_seconds_inside_gaps():
-    def row(t: int, prompt: float, running: int) -> dict:
-        return {"t": t, "prompt_tokens": prompt, "running": running}
+def timeline_of(started: float, running: dict[str, list[tuple[float, float]]]):
+    """A sampled /metrics timeline: per replica, (time, running) samples."""
+    from contextual_assets.fleet.vllm_metrics import MetricsTimeline
 
-    # Rows at wall time 100 + t; runs commit over [100, 104] and [107, 110] and [110.5, 112].
-    rows = [row(t, 50, 64) for t in range(4)] + [row(4, 0, 64), row(5, 0, 10), row(6, 0, 0)] + \
-        [row(t, 50, 64) for t in range(7, 12)]
-    out = ingest.run_boundaries([(107, 110), (100, 104), (110.5, 112)], rows, origin=100.0, capacity=64, t0=99.0)
-    # Gap 104-107: rows 4 (full batch: busy), 5 and 6 (a free slot, no admission: idle).
-    assert out == [{"after_s": 5.0, "gap_s": 3.0, "idle_while_pending_s": 2},
-                   {"after_s": 11.0, "gap_s": 0.5, "idle_while_pending_s": 0}]
+    timeline = MetricsTimeline(started=started)
+    for replica, samples in running.items():
+        timeline.samples[replica] = [(t, {"vllm:num_requests_running": n}) for t, n in samples]
+    return timeline
+
+
+def test_idle_time_counts_each_replica_with_nothing_running_while_work_is_pending():
+    # Two replicas sampled every second: a idle over [2, 4), b idle over [3, 4).
+    timeline = timeline_of(0.0, {"a": [(0, 5), (1, 5), (2, 0), (3, 0), (4, 5), (5, 5)],
+                                 "b": [(0, 5), (1, 5), (2, 5), (3, 0), (4, 5), (5, 5)]})
+    # 3 replica-seconds idle over two replicas: 1.5 fleet-seconds. A second with an admission in it
+    # (b at 4) does not make the seconds before it busy.
+    assert ingest.idle_time(timeline, 0.0, 5.0) == {"idle_while_pending_s": 1.5, "pending_span_s": 5.0}
+    assert ingest.idle_time(timeline, 2.5, 3.5)["idle_while_pending_s"] == 0.75  # clipped to the window
+
+
+def test_run_boundaries_count_idle_time_inside_gaps():
+    # Wall time = monotonic + 100; runs commit over [100, 104], [107, 110] and [110.5, 112].
+    timeline = timeline_of(0.0, {"a": [(t, 0 if t in (5, 6) else 8) for t in range(13)]})
+    out = ingest.run_boundaries([(107, 110), (100, 104), (110.5, 112)], timeline, offset=100.0, t0=99.0)
+    # Gap 104-107 (monotonic 4-7): the replica ran nothing over [5, 7).
+    assert out == [{"after_s": 5.0, "gap_s": 3.0, "idle_while_pending_s": 2.0},
+                   {"after_s": 11.0, "gap_s": 0.5, "idle_while_pending_s": 0.0}]
+
+
+def test_utilization_is_engine_busy_time_over_the_wall():
+    result = ingest.with_utilization({"wall_s": 10.0, "sim_busy_s": [4.0, 2.0], "sim_seq_s": [40.0, 20.0]}, 2.0)
+    # (4 + 2) simulated seconds x 2 real seconds each, over 2 replicas x 10 s of wall.
+    assert result["utilization"] == 0.6
+    assert result["mean_batch"] == 10.0
+    assert result["mean_batch_occupancy"] == round(10.0 / ingest.OPTIONS.max_num_seqs, 4)
+
+
+def test_median_interval_brackets_the_median():
+    low, high = ingest.median_interval([1.0, 1.1, 1.2, 1.3, 5.0])
+    assert low <= 1.2 <= high and low >= 1.0 and high <= 5.0
+    assert ingest.median_interval([1.0]) == (None, None)
 
 
 def test_model_floor_of_a_corpus(tmp_path):
@@ -87,4 +117,5 @@ def test_shared_fleet_two_processes_on_one_fleet(tmp_path):
     assert result["requests"] == expected  # every header once, none lost or repeated
     assert result["capacity_share"] == [0.3333, 0.3333, 0.2, 0.1333]
     assert sum(result["replica_share"]) == pytest.approx(1, abs=1e-3)
-    assert len(result["peak_open_requests"]) == 4 and result["cap"] == ingest.CAP
+    assert len(result["peak_open_requests"]) == 4 and result["cap"] is None  # no ceiling configured
+    assert result["peak_over_cap"] is None

@@ -3,6 +3,8 @@ its token counts and work against a real simulator's answers and accounting."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 
@@ -17,7 +19,9 @@ from bench.model_floor import (
 )
 from bench.sim import FleetSimulator, ReplicaSpec
 
-MODEL = CostModel.of(ReplicaSpec(max_num_seqs=16))
+# The legacy cost model's formula is checked by hand; the vllm one (the default) below.
+MODEL = CostModel.of(ReplicaSpec(max_num_seqs=16, cost_model="legacy"))
+VLLM = CostModel.of(ReplicaSpec(max_num_seqs=16))
 
 
 def body(content: str, max_tokens: int | None = 80, **extra) -> dict:
@@ -70,7 +74,7 @@ def test_floor_divides_by_capacity_and_scales_with_time_scale():
 
 
 def test_fuller_batches_share_the_decode_step():
-    lone = CostModel.of(ReplicaSpec(max_num_seqs=1))
+    lone = CostModel.of(ReplicaSpec(max_num_seqs=1, cost_model="legacy"))
     assert request_work_s(1000, 50, 0, lone) - request_work_s(1000, 50, 0, MODEL) \
         == pytest.approx(0.006 * 50 * (1 - 1 / 16))
 
@@ -100,7 +104,7 @@ def test_counts_match_a_real_simulator_answer():
         for b in bodies:
             answer = client.post(f"{sim.base_urls[0]}/chat/completions", json={"model": "sim-model", **b})
             assert answer.status_code == 200, answer.text
-            tokens, out = token_counts(b, MODEL)
+            tokens, out = token_counts(b, VLLM)
             usage = answer.json()["usage"]
             assert (usage["prompt_tokens"], usage["completion_tokens"]) == (len(tokens), out), b
 
@@ -108,7 +112,7 @@ def test_counts_match_a_real_simulator_answer():
 def test_work_matches_the_simulators_busy_time_one_request_at_a_time():
     # One slot and requests one after another: every decode step serves one sequence, so the
     # formula with max_num_seqs 1 is exactly the engine's accounting (prefix hits included).
-    spec = ReplicaSpec(max_num_seqs=1, speed=0.5)
+    spec = ReplicaSpec(max_num_seqs=1, speed=0.5, cost_model="legacy")
     bodies = sim_bodies()
     with FleetSimulator([spec], time_scale=0.001) as sim, httpx.Client(timeout=30) as client:
         for b in bodies:
@@ -117,3 +121,38 @@ def test_work_matches_the_simulators_busy_time_one_request_at_a_time():
     costs = request_costs(bodies, CostModel.of(spec))
     assert stats["prefix_hit_tokens"] == sum(c.hit_tokens for c in costs) > 0
     assert stats["busy_s"] * spec.speed == pytest.approx(sum(c.work_s for c in costs), rel=1e-9)
+
+
+def test_vllm_floor_formula_by_hand():
+    # Two identical uncached requests, 1,000 + 50 tokens, at 16 slots: compute-bound (41 us a token).
+    p, o = 1000, 50
+    steps = max(2 * o / 16, 2 * (p + o - 1) / 2048)
+    memory = steps * VLLM.weights_read_s + VLLM.kv_read_s_per_token * 2 * (o * p + o * (o - 1) / 2)
+    compute = VLLM.compute_s_per_token * 2 * (p + o - 1)
+    assert compute > memory
+    expected = steps * VLLM.step_overhead_s + compute
+    assert 2 * request_work_s(p, o, 0, VLLM) == pytest.approx(expected)
+    # Decode-heavy requests are memory-bound, and fuller batches share the weight reads.
+    full = CostModel.of(ReplicaSpec())
+    assert request_work_s(100, 200, 0, full) < 0.3 * request_work_s(100, 200, 0, VLLM)
+    # The KV bound: 4,000-token prompts fit ~145 at a time in 589,824 tokens, not 256.
+    assert request_work_s(4000, 500, 0, full) > request_work_s(4000, 500, 0, CostModel.of(ReplicaSpec(
+        kv_cache_tokens=10**9)))
+
+
+def test_vllm_floor_is_below_the_simulators_busy_time():
+    # Whatever the packing the client achieves, the simulated engine time is at least the floor.
+    spec = ReplicaSpec(max_num_seqs=16, speed=0.5)
+    bodies = [body(words(300, f"r{i}-"), max_tokens=60) for i in range(32)] + sim_bodies()
+    with FleetSimulator([spec], time_scale=0.001) as sim:
+        async def send_all():
+            async with httpx.AsyncClient(timeout=60) as c:
+                return await asyncio.gather(*(c.post(f"{sim.base_urls[0]}/chat/completions", json=b)
+                                              for b in bodies))
+
+        assert all(r.status_code == 200 for r in asyncio.run(send_all()))
+        stats = sim.stats()[0]
+    costs = request_costs(bodies, CostModel.of(spec))
+    assert stats["generation_tokens"] == sum(c.output_tokens for c in costs)
+    assert sum(c.work_s for c in costs) <= stats["busy_s"] * spec.speed
+    assert sum(c.work_s for c in costs) > 0.3 * stats["busy_s"] * spec.speed

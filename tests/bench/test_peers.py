@@ -85,11 +85,12 @@ def test_modes_and_peer_rows():
         return {"wall_s": wall, "header_tokens_prompt": 100, "idle_while_pending_s": idle, "headers_s": 1.0,
                 "embed_s": 0.5, "headers_missing": 0}
 
-    rounds = [{"platform": {"wall_s": 10.0}, "peer_cookbook/ours": peer(15.0, 1)},
-              {"platform": {"wall_s": 20.0}, "peer_cookbook/ours": peer(20.0, 3)},
-              {"platform": {"wall_s": 10.0}, "peer_cookbook/ours": peer(14.0, 2)}]
+    rounds = [{"platform": {"wall_s": 10.0}, "peer_cookbook/ours/least_busy": peer(15.0, 1)},
+              {"platform": {"wall_s": 20.0}, "peer_cookbook/ours/least_busy": peer(20.0, 3)},
+              {"platform": {"wall_s": 10.0}, "peer_cookbook/ours/least_busy": peer(14.0, 2)}]
     (row,) = ingest.peer_rows(rounds)
-    assert (row["name"], row["prompt"], row["rounds"]) == ("peer_cookbook", "ours", 3)
+    assert (row["name"], row["prompt"], row["balancer"], row["rounds"]) == ("peer_cookbook", "ours", "least_busy", 3)
+    assert row["ci_low"] <= row["over_platform"] <= row["ci_high"]
     assert row["wall_s"] == 15.0 and row["idle_while_pending_s"] == 2
     assert row["over_platform"] == 1.4  # the median of the per-round ratios 1.5, 1.0, 1.4
     assert row["idle_share"] == pytest.approx(2 / 14, abs=1e-4)
@@ -98,11 +99,20 @@ def test_modes_and_peer_rows():
 def test_main_writes_the_peer_rows(tmp_path):
     out = tmp_path / "out.json"
     assert ingest.main(["--workload", "small", "--documents", "2", "--modes", "floor,peer_cookbook:ours",
-                        "--time-scale", "0.1", "--workdir", str(tmp_path / "work"), "--json", str(out)]) == 0
+                        "--balancers", "least_busy", "--time-scale", "0.1", "--workdir", str(tmp_path / "work"),
+                        "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     (row,) = result["peers"]
-    assert set(row) >= {"name", "prompt", "wall_s", "over_platform", "header_tokens_prompt", "idle_while_pending_s"}
-    assert (row["name"], row["prompt"], row["over_platform"]) == ("peer_cookbook", "ours", None)
-    assert row["header_tokens_prompt"] == result["rounds"][0]["floor"]["header_tokens_prompt"]
+    assert set(row) >= {"name", "prompt", "balancer", "wall_s", "over_platform", "ci_low", "ci_high",
+                        "header_tokens_prompt", "idle_while_pending_s"}
+    assert (row["name"], row["prompt"], row["balancer"], row["over_platform"]) == (
+        "peer_cookbook", "ours", "least_busy", None)
+    (scale,) = result["scales"]
+    assert row["header_tokens_prompt"] == scale["rounds"][0]["floor"]["header_tokens_prompt"]
+    # The JSON contract of issue 24.
+    assert {"workload", "time_scale", "embedder", "wall_over_model_floor", "utilization", "mean_batch_occupancy",
+            "idle_while_pending_s", "client_cpu_ms_per_request", "max_num_seqs", "cap_configured",
+            "peers"} <= set(result)
+    assert result["embedder"] == "remote" and result["cap_configured"] is None
     with pytest.raises(SystemExit):
         ingest.main(["--modes", "floor,peer_nope"])

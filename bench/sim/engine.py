@@ -1,0 +1,583 @@
+"""The fleet simulator's engine: a vLLM v1-like scheduler and paged KV-cache block manager per engine,
+as plain classes with no network and no event loop (``bench/sim/fleet.py`` drives them; tests drive
+them directly). Times are *simulated* seconds at speed 1; the HTTP side applies speed, slowdown and
+time_scale. The cost model and its calibration are documented in fleet.py's module docstring; the
+figures live here (``CALIBRATION``).
+
+Two engines with one interface (``submit`` / ``schedule`` / ``commit`` / ``reset``):
+
+* ``Engine`` (cost_model "vllm", the default): KV-bounded FCFS admission, a shared pool of blocks
+  holding both running sequences and the prefix cache (LRU eviction of unreferenced cached blocks),
+  preemption by recomputation, a per-step token budget with chunked prefill, a roofline step cost;
+* ``LegacyEngine`` (cost_model "legacy"): the simulator's old model, kept only to compare against:
+  admission bounded by max_num_seqs alone, whole prompts prefilled at admission, one decode step per
+  iteration costing ``decode_base_s + decode_s_per_ctx_token * context``, a separate LRU prefix cache
+  and a KV "usage" gauge that bounds nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+# --------------------------------------------------------------------------------------------
+# Calibration: Llama-3.2-3B(-Instruct) in bf16 on one NVIDIA A100-SXM4-80GB, vLLM v1 defaults.
+#
+# Model (config.json of meta-llama/Llama-3.2-3B): 28 layers, hidden 3072, 24 attention heads, 8 KV
+# heads, head_dim 128, 3.21e9 parameters (tied embeddings).
+#   weights: 3.21e9 x 2 B = 6.43 GB
+#   KV bytes per token: 28 layers x 8 kv heads x 128 x 2 (K and V) x 2 B = 114,688 B (112 KiB)
+#   FLOPs per computed token: ~2 x 3.21e9 = 6.4e9 (attention adds ~5 % at 1K context; ignored)
+# GPU (NVIDIA A100 datasheet, SXM4 80GB): 2,039 GB/s HBM2e, 312 TFLOPS dense bf16 tensor.
+#   weights_read_s      = 6.43e9 / 2.039e12                 = 3.15e-3 s per engine step
+#   kv_read_s_per_token = 114,688 / 2.039e12                = 5.6e-8 s per context token read
+#   compute_s_per_token = 6.4e9 / (312e12 x 0.5 MFU)         = 4.1e-5 s per computed token
+#   step_overhead_s     = 2.5e-3 s: scheduler, input preparation, sampler, detokenization and launches
+#                         per step with CUDA graphs (an estimate: it puts single-stream decode at 1K
+#                         context at 5.7 ms/token, ~175 tokens/s, ~55 % of peak HBM bandwidth end to end)
+# Cross-check against the field report in the project's context (four data-parallel Granite 4.1 3B
+# FP16 replicas on RTX 3090-class cards, ~16 requests in flight each, "the 3B fleet's 20K" tokens/s,
+# i.e. ~5K tokens/s per card): the same 50 % MFU on a 3090 (71 TFLOPS dense fp16 with fp32
+# accumulate) gives 6.4e9 / 35.5e12 = 1.8e-4 s per token, 5.5K tokens/s per card, compute-bound
+# prefill: consistent. An A100 is ~4.4x that card in compute, hence ~24K prompt tokens/s here.
+# KV capacity (vLLM's profile at gpu_memory_utilization 0.9): 0.9 x 79.15 GiB (what torch reports
+# for an A100 80GB) = 71.2 GiB, minus 6.0 GiB weights, minus ~2.2 GiB peak activations at 2,048
+# batched tokens + CUDA graphs / non-torch memory = ~63 GiB of KV = 63 GiB / 112 KiB = ~590K tokens:
+# 36,864 blocks of 16 = 589,824 tokens ("GPU KV cache size: 589,824 tokens" in vLLM's log terms).
+# Scheduler defaults (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults, vLLM >= 0.9): on an
+# A100 (excluded from the >= 70 GiB tier by name, PR #17885) the OpenAI API server uses
+# max_num_batched_tokens 2048 and max_num_seqs 256 (H100/H200/MI300x: 8192 and 1024); V1 always
+# chunks prefills and enables prefix caching.
+# Embeddings: all-MiniLM-L6-v2 (sentence-transformers' model table: ~14,200 sentences/s on a V100);
+# at ~20 word-pieces per benchmark sentence that is ~2.8e5 tokens/s, i.e. 3.5e-6 s per input token,
+# plus ~1 ms per request (tokenization, launch, pooling).
+CALIBRATION: dict[str, float] = {
+    "step_overhead_s": 2.5e-3,
+    "weights_read_s": 3.15e-3,
+    "kv_read_s_per_token": 5.6e-8,
+    "compute_s_per_token": 4.1e-5,
+    "kv_cache_tokens": 589_824,
+    "max_num_batched_tokens": 2048,
+    "max_num_seqs": 256,
+    "embed_base_s": 1e-3,
+    "embed_s_per_token": 3.5e-6,
+}
+COST_MODELS = ("vllm", "legacy")
+OUTPUT_SIGMA = 0.5  # lognormal sigma of the natural output length (vllm cost model)
+_NORMAL = statistics.NormalDist()
+
+
+def _unit(text: str) -> float:
+    """A deterministic number in [0, 1) from a string."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()[:8],
+                          "big") / 2**64
+
+
+def natural_length(key: str, mean: int, cost_model: str = "vllm") -> int:
+    """A request's natural output length, deterministic from `key` (its prompt's text): lognormal
+    with mean `mean` and sigma 0.5 (median 0.88 x mean, 90 % between 0.39x and 2x; capped at 8x),
+    at least 1. Legacy: mean +- 20 % uniform."""
+    u = _unit(key)
+    if cost_model == "legacy":
+        return max(1, round(mean * (0.8 + 0.4 * u)))
+    z = _NORMAL.inv_cdf(min(max(u, 1e-9), 1 - 1e-9))
+    value = mean * math.exp(OUTPUT_SIGMA * z - OUTPUT_SIGMA * OUTPUT_SIGMA / 2)
+    return max(1, min(round(value), 8 * mean))
+
+
+def block_hashes(tokens: list[str], block_size: int) -> list[int]:
+    """The hash of every full block of `tokens`; a block's hash covers every token up to its end."""
+    out, h = [], 0
+    for i in range(len(tokens) // block_size):
+        h = hash((h, tuple(tokens[i * block_size:(i + 1) * block_size])))
+        out.append(h)
+    return out
+
+
+class PrefixCache:
+    """LRU of block hashes (the legacy engine's cache, and the model floor's ideal one)."""
+
+    def __init__(self, block_size: int, capacity_blocks: int):
+        self.block_size = block_size
+        self.capacity = capacity_blocks
+        self.blocks: collections.OrderedDict[int, None] = collections.OrderedDict()
+
+    def admit(self, tokens: list[str]) -> tuple[int, int]:
+        """(hit tokens, queried tokens) for this prompt; its full blocks are then cached."""
+        bs = self.block_size
+        hits = 0
+        hitting = True
+        hashes = block_hashes(tokens, bs)
+        for h in hashes:
+            if h in self.blocks:
+                self.blocks.move_to_end(h)
+                if hitting:
+                    hits += bs
+            else:
+                hitting = False
+                self.blocks[h] = None
+        while len(self.blocks) > self.capacity:
+            self.blocks.popitem(last=False)
+        return hits, len(hashes) * bs
+
+    def clear(self) -> None:
+        self.blocks.clear()
+
+
+class Outcome:
+    """A future-like result holder for sequences submitted without an asyncio future (unit tests)."""
+
+    __slots__ = ("_done", "_result")
+
+    def __init__(self) -> None:
+        self._done, self._result = False, None
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, value: Any) -> None:
+        self._done, self._result = True, value
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._done, self._result = True, exc
+
+    def cancel(self) -> None:
+        self._done = True
+
+    def result(self) -> Any:
+        return self._result
+
+
+class Seq:
+    """One request in an engine. `computed`: tokens whose KV is computed; `prefill_to`: the tokens to
+    prefill at (re)admission (the prompt, plus the generated tokens after a preemption)."""
+
+    __slots__ = ("tokens", "hashes", "target", "future", "generated", "computed", "prefill_to", "blocks",
+                 "registered", "admitted_once", "finish_time")
+
+    def __init__(self, tokens: list[str], target: int, future: Any = None, hashes: list[int] | None = None):
+        self.tokens = tokens
+        self.hashes = hashes
+        self.target = max(1, target)
+        self.future = future if future is not None else Outcome()
+        self.generated = 0
+        self.computed = 0
+        self.prefill_to = 0
+        self.blocks: list[int] = []
+        self.registered = 0  # prompt blocks whose hash is published to the prefix cache
+        self.admitted_once = False
+        self.finish_time = 0.0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class Plan:
+    """One engine step: what it computes and what it costs (simulated seconds at speed 1)."""
+
+    cost_s: float
+    prefill_s: float
+    decode_s: float
+    work: list  # (seq, tokens, is_prefill) for Engine; (running, prefilled) for LegacyEngine
+    tokens: int = 0
+    ctx_read: int = 0
+
+
+_COUNTERS = ("prompt_tokens", "generation_tokens", "prefix_hit_tokens", "prefix_query_tokens", "preemptions",
+             "success_stop", "success_length")
+
+
+class BlockPool:
+    """vLLM v1's paged KV cache with prefix caching: `num_blocks` blocks; a block is referenced by the
+    running sequences using it, and free otherwise. Free blocks wait in an LRU queue (freed blocks join
+    its tail, the tail block of a sequence first evicted); a free block may still hold a cached prompt
+    block (its hash in `cached`) until it is reused, which evicts it."""
+
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
+        self.ref = [0] * num_blocks
+        self.hash: list[int | None] = [None] * num_blocks
+        self.free: collections.OrderedDict[int, None] = collections.OrderedDict.fromkeys(range(num_blocks))
+        self.cached: dict[int, int] = {}
+        self.evictions = 0
+
+    @property
+    def used(self) -> int:
+        """Blocks referenced by running sequences."""
+        return self.num_blocks - len(self.free)
+
+    def hits(self, hashes: list[int], max_blocks: int) -> list[int]:
+        out = []
+        for h in hashes[:max_blocks]:
+            b = self.cached.get(h)
+            if b is None:
+                break
+            out.append(b)
+        return out
+
+    def take(self, hit_blocks: list[int], n_new: int) -> list[int] | None:
+        """Reference `hit_blocks` and allocate `n_new` fresh blocks (evicting LRU cached ones); None,
+        changing nothing, when they do not fit."""
+        reusable = sum(1 for b in hit_blocks if self.ref[b] == 0)
+        if n_new > len(self.free) - reusable:
+            return None
+        for b in hit_blocks:
+            if self.ref[b] == 0:
+                del self.free[b]
+            self.ref[b] += 1
+        return hit_blocks + [self.allocate() for _ in range(n_new)]
+
+    def allocate(self) -> int:
+        b, _ = self.free.popitem(last=False)
+        h = self.hash[b]
+        if h is not None:
+            self.hash[b] = None
+            if self.cached.get(h) == b:
+                del self.cached[h]
+            self.evictions += 1
+        self.ref[b] = 1
+        return b
+
+    def register(self, block: int, h: int) -> None:
+        if h not in self.cached and self.hash[block] is None:
+            self.hash[block] = h
+            self.cached[h] = block
+
+    def release(self, blocks: list[int]) -> None:
+        for b in reversed(blocks):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.free[b] = None
+
+
+class Engine:
+    """One vLLM v1-like engine core (see fleet.py's docstring). `spec` needs the ReplicaSpec fields
+    max_num_seqs, block_size, kv_cache_tokens (0: the default), max_num_batched_tokens and the four
+    step-cost coefficients."""
+
+    def __init__(self, spec: Any):
+        self.spec = spec
+        self.block_size = spec.block_size
+        kv = spec.kv_cache_tokens or CALIBRATION["kv_cache_tokens"]
+        self.num_blocks = max(1, kv // spec.block_size)
+        self.budget = spec.max_num_batched_tokens
+        self.counters = dict.fromkeys(_COUNTERS, 0)
+        self.clock = 0.0  # simulated seconds at speed 1 of every step so far (the cost, not wall)
+        self.reset()
+
+    def reset(self) -> None:
+        """A cold engine (a killed process): empty queues and KV pool. Counters and clock are kept."""
+        self.pool = BlockPool(self.num_blocks)
+        self.waiting: collections.deque[Seq] = collections.deque()
+        self.running: list[Seq] = []
+
+    # ---- admission control
+
+    def fits_ever(self, prompt_tokens: int, output_tokens: int) -> bool:
+        """Whether a request could ever run to its end, alone in the engine (else a 400 at arrival)."""
+        return -(-(prompt_tokens + output_tokens) // self.block_size) <= self.num_blocks
+
+    def submit(self, seq: Seq) -> Seq:
+        if seq.hashes is None:
+            seq.hashes = block_hashes(seq.tokens, self.block_size)
+        self.waiting.append(seq)
+        return seq
+
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def kv_usage(self) -> float:
+        """vllm:kv_cache_usage_perc: blocks referenced by running sequences over all blocks."""
+        return self.pool.used / self.num_blocks
+
+    def _free(self, seq: Seq) -> None:
+        self.pool.release(seq.blocks)
+        seq.blocks = []
+
+    def _admit(self, seq: Seq) -> bool:
+        bs = self.block_size
+        n = seq.prompt_tokens + seq.generated
+        # A full hit still recomputes the last token (vLLM: at least one token is computed).
+        hit_blocks = self.pool.hits(seq.hashes, (n - 1) // bs)
+        blocks = self.pool.take(hit_blocks, -(-n // bs) - len(hit_blocks))
+        if blocks is None:
+            return False
+        seq.blocks = blocks
+        seq.prefill_to = n
+        seq.computed = len(hit_blocks) * bs
+        seq.registered = len(hit_blocks)
+        c = self.counters
+        c["prefix_hit_tokens"] += seq.computed
+        c["prefix_query_tokens"] += len(seq.hashes) * bs
+        if not seq.admitted_once:
+            seq.admitted_once = True
+            c["prompt_tokens"] += seq.prompt_tokens
+        return True
+
+    def _preempt_last(self) -> Seq:
+        victim = self.running.pop()
+        self._free(victim)
+        victim.computed = 0
+        self.waiting.appendleft(victim)
+        self.counters["preemptions"] += 1
+        return victim
+
+    # ---- one step
+
+    def schedule(self) -> Plan | None:
+        """Decide the next step (vLLM v1 order: running decodes first, then running prefills, then new
+        admissions FCFS, head of line); None when there is nothing to do."""
+        running = self.running
+        if any(s.future.done() for s in running):  # aborted by their clients
+            for s in running:
+                if s.future.done():
+                    self._free(s)
+            running[:] = [s for s in running if not s.future.done()]
+        waiting = self.waiting
+        while waiting and waiting[0].future.done():
+            waiting.popleft()
+        if not running and not waiting:
+            return None
+        bs = self.block_size
+        budget = self.budget
+        work = []
+        pool = self.pool
+        i = 0
+        prefilling = []
+        preempted = False
+        while i < len(running) and budget > 0:
+            s = running[i]
+            if s.computed < s.prefill_to:
+                prefilling.append(s)
+                i += 1
+                continue
+            if s.computed + 1 > len(s.blocks) * bs:  # its next token needs a new block
+                self_preempted = False
+                while not pool.free:  # preempt the most recently admitted (the tail), maybe s itself
+                    preempted = True
+                    if self._preempt_last() is s:
+                        self_preempted = True
+                        break
+                if self_preempted:
+                    continue  # s was the tail: the loop ends
+                s.blocks.append(pool.allocate())
+            work.append((s, 1, False))
+            budget -= 1
+            i += 1
+        for s in prefilling:  # (never preempted above: victims come from behind index i)
+            if budget <= 0:
+                break
+            chunk = min(s.prefill_to - s.computed, budget)
+            work.append((s, chunk, True))
+            budget -= chunk
+        # As vLLM v1: no admission in a step that preempted (the victims would come straight back).
+        while not preempted and waiting and budget > 0 and len(running) < self.spec.max_num_seqs:
+            s = waiting[0]
+            if s.future.done():
+                waiting.popleft()
+                continue
+            if not self._admit(s):
+                break  # head of line: FCFS, nothing behind it jumps the queue
+            waiting.popleft()
+            running.append(s)
+            if s.computed < s.prefill_to:
+                chunk = min(s.prefill_to - s.computed, budget)
+                work.append((s, chunk, True))
+                budget -= chunk
+        if not work:
+            return None
+        return self._cost(work)
+
+    def _cost(self, work: list) -> Plan:
+        spec = self.spec
+        tokens = ctx = pre = 0
+        for s, n, is_prefill in work:
+            tokens += n
+            ctx += s.computed + n
+            if is_prefill:
+                pre += n
+        memory = spec.weights_read_s + spec.kv_read_s_per_token * ctx
+        compute = spec.compute_s_per_token * tokens
+        cost = spec.step_overhead_s + (memory if memory > compute else compute)
+        prefill_s = cost * pre / tokens
+        return Plan(cost, prefill_s, cost - prefill_s, work, tokens, ctx)
+
+    def commit(self, plan: Plan) -> list[Seq]:
+        """Apply a scheduled step once its time has passed: KV computed, tokens generated, finished
+        sequences' results set and their blocks freed (their prompt blocks stay cached)."""
+        self.clock += plan.cost_s
+        bs = self.block_size
+        pool = self.pool
+        finished = []
+        generated = 0
+        for s, n, is_prefill in plan.work:
+            if s.future.done() or not s.blocks:  # aborted meanwhile, or preempted (not computed)
+                continue
+            s.computed += n
+            if is_prefill:
+                full = min(s.computed // bs, len(s.hashes))
+                for j in range(s.registered, full):
+                    pool.register(s.blocks[j], s.hashes[j])
+                if full > s.registered:
+                    s.registered = full
+                if s.computed < s.prefill_to:
+                    continue  # a partial prefill generates nothing
+            s.generated += 1
+            generated += 1
+            if s.generated >= s.target:
+                finished.append(s)
+        self.counters["generation_tokens"] += generated
+        if finished:
+            for s in finished:
+                self._free(s)
+                s.finish_time = self.clock
+                s.future.set_result(s.generated)
+            self.running[:] = [s for s in self.running if s.blocks]
+        return finished
+
+    def step(self) -> Plan | None:
+        """schedule + commit at once (unit tests and the throughput model)."""
+        plan = self.schedule()
+        if plan is not None:
+            self.commit(plan)
+        return plan
+
+
+class LegacyEngine:
+    """The simulator's old cost model (cost_model "legacy"), kept to compare against."""
+
+    def __init__(self, spec: Any):
+        self.spec = spec
+        self.block_size = spec.block_size
+        self.counters = dict.fromkeys(_COUNTERS, 0)
+        self.clock = 0.0
+        self.cache = PrefixCache(spec.block_size, spec.prefix_cache_blocks)
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache.clear()
+        self.waiting: collections.deque[Seq] = collections.deque()
+        self.running: list[Seq] = []
+
+    def fits_ever(self, prompt_tokens: int, output_tokens: int) -> bool:
+        return True
+
+    def submit(self, seq: Seq) -> Seq:
+        self.waiting.append(seq)
+        return seq
+
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def kv_usage(self) -> float:
+        """The prompt plus generated tokens of the running sequences over the capacity, at most 1."""
+        capacity = self.spec.kv_cache_tokens or self.spec.max_num_seqs * 2048
+        used = sum(s.prompt_tokens + s.generated for s in self.running if not s.future.done())
+        return min(1.0, used / capacity)
+
+    def schedule(self) -> Plan | None:
+        spec = self.spec
+        running = self.running
+        if any(s.future.done() for s in running):
+            running[:] = [s for s in running if not s.future.done()]
+        prefill_tokens = 0
+        while self.waiting and len(running) < spec.max_num_seqs:
+            seq = self.waiting.popleft()
+            if seq.future.done():
+                continue
+            hits, queried = self.cache.admit(seq.tokens)
+            c = self.counters
+            c["prefix_hit_tokens"] += hits
+            c["prefix_query_tokens"] += queried
+            c["prompt_tokens"] += seq.prompt_tokens
+            prefill_tokens += max(1, seq.prompt_tokens - hits)
+            running.append(seq)
+        if not running:
+            return None
+        ctx = 0
+        for s in running:
+            ctx += len(s.tokens) + s.generated
+        prefill_cost = spec.prefill_s_per_token * prefill_tokens
+        decode_cost = spec.decode_base_s + spec.decode_s_per_ctx_token * ctx
+        return Plan(prefill_cost + decode_cost, prefill_cost, decode_cost, list(running),
+                    prefill_tokens + len(running), ctx)
+
+    def commit(self, plan: Plan) -> list[Seq]:
+        self.clock += plan.cost_s
+        finished, still = [], []
+        for s in self.running:
+            if s.future.done():
+                continue
+            s.generated += 1
+            self.counters["generation_tokens"] += 1
+            if s.generated >= s.target:
+                finished.append(s)
+                s.finish_time = self.clock
+                s.future.set_result(s.generated)
+            else:
+                still.append(s)
+        self.running[:] = still
+        return finished
+
+    def step(self) -> Plan | None:
+        plan = self.schedule()
+        if plan is not None:
+            self.commit(plan)
+        return plan
+
+
+def make_engine(spec: Any) -> Engine | LegacyEngine:
+    return LegacyEngine(spec) if spec.cost_model == "legacy" else Engine(spec)
+
+
+# --------------------------------------------------------------------------------------------
+# The throughput model (the docstring's table, and tests)
+
+
+def closed_loop_throughput(spec: Any, concurrency: int, prompt_tokens: int = 1000, output_tokens: int = 50,
+                           requests: int | None = None, shared_prefix: int = 0) -> dict:
+    """Simulated steady throughput of one engine with `concurrency` clients each sending a new request
+    as soon as its previous one finished (distinct prompts of `prompt_tokens`, of which the first
+    `shared_prefix` are common to all; exactly `output_tokens` generated). Measured in simulated time
+    over the completions between the end of the first round (the warm-up, where every client's first
+    prefill lands at once) and the last request's submission (before the drain)."""
+    engine = make_engine(spec)
+    requests = requests or max(10 * concurrency, 160)
+    prefix = [f"shared{i}" for i in range(shared_prefix)]
+    sent = 0
+    done: list[float] = []
+    last_sent_at = None
+
+    def send() -> None:
+        nonlocal sent
+        tokens = prefix + [f"r{sent}_{i}" for i in range(prompt_tokens - shared_prefix)]
+        engine.submit(Seq(tokens, output_tokens))
+        sent += 1
+
+    for _ in range(min(concurrency, requests)):
+        send()
+    while len(done) < requests:
+        plan = engine.schedule()
+        if plan is None:
+            raise RuntimeError("engine idle with requests outstanding")
+        for _ in engine.commit(plan):
+            done.append(engine.clock)
+            if sent < requests:
+                send()
+                if sent == requests:
+                    last_sent_at = len(done)
+    # Whole rounds of `concurrency` completions (clients finishing in lockstep would bias a window
+    # cut mid-round), from the end of the first round to the last one before the drain.
+    first = min(concurrency, len(done) - 1) - 1
+    rounds = max(1, ((last_sent_at or len(done)) - 1 - first) // concurrency)
+    last = min(first + rounds * concurrency, len(done) - 1)
+    rps = (last - first) / (done[last] - done[first])
+    return {"concurrency": concurrency, "requests_per_s": rps, "output_tokens_per_s": rps * output_tokens,
+            "prompt_tokens_per_s": rps * prompt_tokens, "sim_s": engine.clock,
+            "preemptions": engine.counters["preemptions"]}
