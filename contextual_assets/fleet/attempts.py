@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .chat_client import ChatAnswer, ChatBadRequestError, ChatStatusError
 from .replica import ReplicaState
 from .slots import Slots
 from .types import (
@@ -53,11 +54,12 @@ class Attempts:
             ticket.state, ticket.dispatched = state, started
         self.counters.sent += 1
         try:
-            response = await self._call(state, request, attempt)
-            return self._answer(state, request, response, started, attempt)
+            answer = await self._call(state, request, attempt)
+            return self._answer(state, request, answer, started, attempt)
         except (RetryableFleetError, RequestTooLargeError, RequestRejectedError):
             raise
-        except Exception as exc:  # connection refused/reset, timeouts, protocol errors
+        except Exception as exc:  # connection refused/reset, timeouts, protocol errors (chat_client's
+            # APIConnectionError / APITimeoutError, counted under those names), an answer that is not JSON
             state.failures += 1
             state.last_error = f"{type(exc).__name__}: {str(exc)[:120]}"
             state.breaker.record_failure()
@@ -69,16 +71,15 @@ class Attempts:
                 state.breaker.record_failure()
             await self.slots.release(state, cost)
 
-    async def _call(self, state: ReplicaState, request: FleetRequest, attempt: int) -> Any:
-        """The chat completion, with HTTP errors sorted into retry-elsewhere or give-up."""
-        from openai import APIStatusError, BadRequestError
-
+    async def _call(self, state: ReplicaState, request: FleetRequest, attempt: int) -> ChatAnswer:
+        """The chat completion (`state.client`, a `ChatClient`), with HTTP errors sorted into
+        retry-elsewhere or give-up. Transport errors go up to `send`."""
         try:
-            return await state.client.chat.completions.create(
+            return await state.client.complete(
                 model=state.model, messages=request.messages, max_tokens=request.max_tokens,
                 temperature=0.0 if attempt == 1 else 0.7, extra_body=request.extra_body,
             )
-        except BadRequestError as exc:
+        except ChatBadRequestError as exc:
             # The replica answered: it is healthy, the request is not. Retrying cannot help.
             state.breaker.record_success()
             message = str(exc)
@@ -86,7 +87,7 @@ class Attempts:
             if any(hint in message.lower() for hint in TOO_LARGE_HINTS):
                 raise RequestTooLargeError(f"{request.label}: {state.url} refused the prompt: {message[:200]}")
             raise RequestRejectedError(f"{request.label}: {state.url} rejected the request: {message[:200]}")
-        except APIStatusError as exc:
+        except ChatStatusError as exc:
             self.counters.count_error(f"http_{exc.status_code}")
             state.last_error = f"HTTP {exc.status_code}: {str(exc)[:120]}"
             if exc.status_code >= 500 or exc.status_code in (408, 429):
@@ -96,12 +97,11 @@ class Attempts:
                 state.breaker.record_success()  # 401/403/404...: the replica is up; retry elsewhere
             raise RetryableFleetError(f"{state.url}: {state.last_error}") from None
 
-    def _answer(self, state: ReplicaState, request: FleetRequest, response: Any, started: float,
+    def _answer(self, state: ReplicaState, request: FleetRequest, answer: ChatAnswer, started: float,
                 attempt: int) -> FleetResult:
         """The replica answered: validate the answer and record the replica's speed."""
         state.breaker.record_success()
-        raw = (response.choices[0].message.content or "") if response.choices else ""
-        usage = response.usage
+        raw = answer.content
         try:
             value = request.validate(raw) if request.validate else raw
         except Exception as exc:  # validation rejected the answer
@@ -112,7 +112,6 @@ class Attempts:
         state.observe(now - started, request.cost, now)
         return FleetResult(
             value=value, raw=raw, replica=state.url, model=state.model,
-            prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
-            completion_tokens=(usage.completion_tokens or 0) if usage else 0,
+            prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
             latency_s=now - started, attempts=attempt, failovers=0,
         )

@@ -55,9 +55,10 @@ class FleetConfig(BaseModel):
     # Fleet-wide signals: each replica's /metrics read this often (vLLM's running/waiting/KV use), so
     # processes sharing the fleet count each other's requests against the caps. 0 turns it off.
     metrics_interval_s: float = Field(default=0.5, ge=0)
-    # How old a replica's gauges may be when read (a server refreshing them per logging interval, a
-    # proxy caching them): our requests of that long ago are what a read may count as ours.
-    metrics_lag_s: float = Field(default=0.5, ge=0)
+    # How old a replica's gauges may be when read. vLLM updates them every engine step (0); behind a
+    # proxy or exporter that caches them, set its lag: our requests are then counted at their fewest
+    # over it, so a stale read never hides another process's load (at the price of a slot or two).
+    metrics_lag_s: float = Field(default=0.0, ge=0)
     # Hedged requests: a duplicate on another replica for a request out longer than this quantile of
     # answer latency (per token of cost) when nothing is queued, or at once on a stalled replica.
     hedge: bool = True

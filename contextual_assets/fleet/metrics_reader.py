@@ -63,9 +63,6 @@ class MetricsReader:
         now = time.monotonic()
         if now < self.retry_at[state.url]:
             return
-        # The fewest of ours the replica may be counting: a gauge up to metrics_lag_s old predates
-        # requests sent since, and counting those as foreign would not matter, but missing others' would.
-        least = state.least_in_flight_since(now - self.config.metrics_lag_s)
         key = self.config.api_key_for(state.config)
         try:
             response = await client.get(metrics_url(state.url),
@@ -78,9 +75,15 @@ class MetricsReader:
             self.retry_at[state.url] = now + METRICS_RETRY_S
             state.report, state.slow_start = None, False
             return
+        # Ours as the replica counted them: its snapshot was taken while the read was out, so at most the
+        # most we had out meanwhile (requests that started during the read are not others'). A gauge that
+        # may lag `metrics_lag_s` predates requests sent since: then ours at their fewest over the lag,
+        # so a stale read never hides another process's load.
+        lag = self.config.metrics_lag_s
+        counted = state.least_in_flight_since(now - lag) if lag > 0 else state.most_in_flight_since(now)
         local_work = metrics.generation_tokens is None
         report = ReplicaReport(at=time.monotonic(), running=metrics.running, waiting=metrics.waiting,
-                               kv_usage=metrics.kv_usage, local_in_flight=state.in_flight, local_least=least,
+                               kv_usage=metrics.kv_usage, local_in_flight=state.in_flight, local_counted=counted,
                                preemptions=metrics.preemptions,
                                work_tokens=float(state.answered_tokens) if local_work else metrics.generation_tokens,
                                work_is_local=local_work)

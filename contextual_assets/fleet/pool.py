@@ -4,9 +4,9 @@ The pool runs on its own event-loop thread. Any thread (a Dagster step, a CLI wo
 requests and gets `concurrent.futures.Future`s back, so documents ingested concurrently share the
 replicas' in-flight caps instead of each bringing its own.
 
-This module is the facade: it owns the event loop, the replicas' clients and the process-wide
-pools (`get_fleet`, `close_fleets`), and wires the parts together. Routing policy is `routing.py`;
-slots under the one condition `slots.py`; one HTTP try `attempts.py`; retries and their budget
+This module is the facade: it owns the event loop, the replicas' clients (`chat_client.py`) and the
+process-wide pools (`get_fleet`, `close_fleets`), and wires the parts together. Routing policy is
+`routing.py`; slots under the one condition `slots.py`; one HTTP try `attempts.py`; retries and their budget
 `retries.py`; duplicates of slow requests `hedging.py`; the `/metrics` reader `metrics_reader.py`;
 requests, results, errors and counters `types.py` (re-exported here, where callers import them).
 """
@@ -18,11 +18,10 @@ import concurrent.futures
 import itertools
 import threading
 
-import httpx
-
 from ..process_cache import ProcessCache
 from .attempts import Attempts
 from .breaker import CircuitBreaker
+from .chat_client import ChatClient
 from .config import FleetConfig, ReplicaConfig
 from .discovery import DEFAULT_DISCOVERY, ModelDiscovery, ResolvedModel
 from .hedging import Hedging
@@ -65,17 +64,15 @@ class HeaderFleet:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def _replica_state(self, replica: ReplicaConfig) -> ReplicaState:
-        from openai import AsyncOpenAI
-
         served = self.resolved.per_endpoint.get(replica.base_url)
         state = ReplicaState(
             config=replica, model=served.id if served else self.resolved.name,
             breaker=CircuitBreaker(self.config.breaker_failures, self.config.breaker_cooldown_s),
         )
-        state.client = AsyncOpenAI(
-            base_url=replica.base_url, api_key=self.config.api_key_for(replica) or "not-needed", max_retries=0,
-            timeout=httpx.Timeout(self.config.request_timeout_s, connect=self.config.connect_timeout_s),
-            http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=replica.max_in_flight + 4)),
+        # Its own connection pool, unbounded: the slots cap the requests in flight (see chat_client.py).
+        state.client = ChatClient(
+            replica.base_url, api_key=self.config.api_key_for(replica) or "not-needed",
+            request_timeout_s=self.config.request_timeout_s, connect_timeout_s=self.config.connect_timeout_s,
         )
         return state
 

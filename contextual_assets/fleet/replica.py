@@ -31,9 +31,10 @@ class ReplicaReport:
     # when it publishes none, the tokens of cost this pool has had answered there.
     work_tokens: float | None = None
     work_is_local: bool = False
-    # The fewest of this pool's requests on the replica over the gauges' possible lag (None: no lag
-    # allowed): all of ours a lagging read can be counting.
-    local_least: int | None = None
+    # How many of this pool's requests the read counts as the pool's own (None: `local_in_flight`): the
+    # most it had out while the read was in flight (the server took its snapshot somewhere in there),
+    # or, when the gauges may lag, the fewest over the lag (see `MetricsReader._read`).
+    local_counted: int | None = None
 
 
 @dataclass
@@ -54,7 +55,7 @@ class ReplicaState:
     config: ReplicaConfig
     model: str
     breaker: CircuitBreaker
-    client: Any = None  # the pool's chat client; None where no pool owns the replica (tests)
+    client: Any = None  # the pool's `ChatClient` (fleet/chat_client.py); None where no pool owns the replica (tests)
     in_flight: int = 0
     peak_in_flight: int = 0
     outstanding_tokens: int = 0
@@ -83,6 +84,15 @@ class ReplicaState:
 
     def record_in_flight(self, now: float) -> None:
         self.in_flight_history.append((now, self.in_flight))
+
+    def most_in_flight_since(self, since: float) -> int:
+        """The most requests this pool had here from `since` to now."""
+        most = self.in_flight
+        for at, count in reversed(self.in_flight_history):
+            if at <= since:
+                return max(most, count)  # the count that held at `since`
+            most = max(most, count)
+        return most
 
     def least_in_flight_since(self, since: float) -> int:
         """The fewest requests this pool had here from `since` to now: the most of ours a /metrics

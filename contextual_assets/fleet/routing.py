@@ -96,12 +96,12 @@ def fresh(report: ReplicaReport | None, now: float) -> bool:
 
 def foreign_load(replica: ReplicaState, now: float) -> int:
     """Requests other clients have on the replica: its reported running + waiting beyond ours when the
-    report was read (0 without a fresh report, e.g. a server without vLLM's metrics). Ours are counted
-    at their fewest over the gauges' possible lag, so a lagging gauge never hides others' load."""
+    report was read (0 without a fresh report, e.g. a server without vLLM's metrics), ours counted as
+    the reader counted them (`ReplicaReport.local_counted`)."""
     report = replica.report
     if report is None or not fresh(report, now):
         return 0
-    ours = report.local_in_flight if report.local_least is None else report.local_least
+    ours = report.local_in_flight if report.local_counted is None else report.local_counted
     return max(0, math.ceil(report.running + report.waiting) - ours)
 
 

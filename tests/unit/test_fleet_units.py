@@ -318,5 +318,11 @@ def test_a_lagging_gauge_counts_only_the_fewest_of_our_requests_over_the_lag():
     # The gauge says 40 (30 of ours + 10 of another process's, but lagging: it saw ours at 20 and the
     # other's at 20). Counting ours at their fewest (20) keeps the other's 20 in view.
     state.report = ReplicaReport(at=1.5, running=40, waiting=0, kv_usage=None, local_in_flight=30,
-                                 local_least=state.least_in_flight_since(1.0))
+                                 local_counted=state.least_in_flight_since(1.0))
     assert foreign_load(state, 1.5) == 20
+    # Without a lag, a read counts ours at the most we had out while it was in flight: a request that
+    # started during the read is not another process's.
+    assert state.most_in_flight_since(1.2) == 30 and state.most_in_flight_since(0.5) == 30
+    state.report = ReplicaReport(at=1.5, running=30, waiting=0, kv_usage=None, local_in_flight=20,
+                                 local_counted=state.most_in_flight_since(1.2))
+    assert foreign_load(state, 1.5) == 0
