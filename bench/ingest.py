@@ -649,7 +649,9 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
         sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
         submitted = time.time()
         backfill_id = deployment.launch_backfill(keys, title=f"bench.ingest {len(keys)} documents")
-        deployment.start_daemon()  # its first backfill iteration picks the backfill up at once
+        # Started now, its first backfill iteration picks the backfill up at once (a running daemon's
+        # backfill loop wakes every 30 s, Dagster's DEFAULT_DAEMON_INTERVAL_SECONDS: 0-30 s more).
+        deployment.start_daemon()
         backfill = deployment.wait_backfill(backfill_id, timeout_s=timeout_s)
         timeline = sampler.stop()
         figures = fleet_figures(sim, timeline, speeds)

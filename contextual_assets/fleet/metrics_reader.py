@@ -47,9 +47,14 @@ class MetricsReader:
                         state.slow_start = False
                 slots.metrics_fresh.set()
                 await slots.notify_all()  # room may have opened on a replica other processes used
-                # In slow start, read again soon: it ends at the first read that shows our requests.
-                slow = any(s.slow_start for s in self.replicas)
-                await asyncio.sleep(min(SLOW_START_INTERVAL_S, interval) if slow else interval)
+                # In slow start, read again soon: it ends at the first read that shows our requests;
+                # while a replica's capacity is still being found, read often enough to climb fast.
+                if any(s.slow_start for s in self.replicas):
+                    await asyncio.sleep(min(SLOW_START_INTERVAL_S, interval))
+                elif any(routing.climbing(s) for s in self.replicas):
+                    await asyncio.sleep(min(routing.CLIMB_READ_S, interval))
+                else:
+                    await asyncio.sleep(interval)
 
     async def _idle(self) -> None:
         """Nothing out: stop reading until requests go out again, and start those in slow start."""
@@ -84,6 +89,7 @@ class MetricsReader:
         local_work = metrics.generation_tokens is None
         report = ReplicaReport(at=time.monotonic(), running=metrics.running, waiting=metrics.waiting,
                                kv_usage=metrics.kv_usage, local_in_flight=state.in_flight, local_counted=counted,
+                               completed=state.completed,
                                preemptions=metrics.preemptions,
                                work_tokens=float(state.answered_tokens) if local_work else metrics.generation_tokens,
                                work_is_local=local_work)

@@ -35,6 +35,7 @@ class ReplicaReport:
     # most it had out while the read was in flight (the server took its snapshot somewhere in there),
     # or, when the gauges may lag, the fewest over the lag (see `MetricsReader._read`).
     local_counted: int | None = None
+    completed: int = 0  # answers this pool had from the replica by the read (its answer rate between reads)
 
 
 @dataclass

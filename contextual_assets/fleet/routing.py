@@ -29,8 +29,9 @@ generation-token counter, all clients together; a server without metrics: the to
 pool) at the current limit while the limit binds; the limit doubles while a raise still pays (at least
 `GAIN_MIN` more throughput than the level below), steps back to the level below once it does not
 (more requests would only wait longer in the batch), and re-probes upward every `REPROBE_S`. It
-backs off at once on the server's own signs of overload: requests queued in two reads in a row with
-the batch not growing (the batch is full at that running count), a preemption (vLLM recomputes a
+backs off at once on the server's own signs of overload: more than a few requests queued at the server in two reads
+in a row (the limit goes to its running count plus those few: requests queued at a server cannot
+go to a replica that frees sooner), a preemption (vLLM recomputes a
 sequence it had no KV blocks for), or KV-cache use over `KV_HIGH` on the fullest engine. An
 operator's `max_in_flight` is a ceiling, never a target; without one the ceiling is `DEFAULT_CEILING`.
 """
@@ -67,6 +68,26 @@ LEVEL_READS = 2
 BINDING_SHARE = 0.9
 REPROBE_S = 10.0
 BACKOFF = 0.9  # a preemption takes the limit to this share of the running count
+CLIMB_READ_S = 0.2  # /metrics reads this often (at most) while a replica's knee is still unknown
+QUEUE_MIN = 2  # requests a replica may keep queued at the server (see `queue_allowance`) ...
+QUEUE_HORIZON_S = 1.0  # ... or what it answers in this long, whichever is more
+
+
+def queue_allowance(report: ReplicaReport, previous: ReplicaReport | None) -> int:
+    """Requests a replica may keep queued at the server beyond what it runs: what it answers in
+    `QUEUE_HORIZON_S` (so a prefill-bound engine always has its next steps' prompts at hand, while a
+    slow replica never holds more than that much of the run's tail), at least `QUEUE_MIN`."""
+    if previous is None or report.at <= previous.at or report.completed <= previous.completed:
+        # Nothing answered between the reads: a burst of arrivals being admitted (an engine admits
+        # a few prompts per step), not a full batch; a replica that never answers is a stall.
+        return DEFAULT_CEILING
+    rate = (report.completed - previous.completed) / (report.at - previous.at)
+    return max(QUEUE_MIN, math.ceil(rate * QUEUE_HORIZON_S))
+
+
+def climbing(replica: ReplicaState) -> bool:
+    """The replica's knee is not known yet: its limit still doubles at every level that pays."""
+    return replica.capacity.knee_at is None and concurrency_limit(replica) < ceiling(replica)
 
 
 # ---- load ------------------------------------------------------------------------------------
@@ -126,14 +147,17 @@ def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: Replic
     current = min(top, replica.limit if replica.limit is not None else min(top, INITIAL_LIMIT))
     probe = replica.capacity
     now = report.at
-    # Requests that arrive between two engine steps wait for a moment in a batch that is not full:
-    # only a queue in two reads with the batch not growing is a full batch.
-    queueing = (report.waiting > 0 and previous is not None and previous.waiting > 0
-                and report.running <= previous.running and report.running >= 1)
+    # A queue at the server in two reads in a row: requests are waiting there that no other replica
+    # can take any more. Keep only a few queued there (enough to fill its next steps' token budget;
+    # requests arriving between two steps wait a moment), the rest in the pool, where whichever
+    # replica frees first takes them.
+    allowance = queue_allowance(report, previous)
+    queueing = (previous is not None and report.waiting > allowance and previous.waiting > allowance
+                and report.running >= 1)
     preempted = (previous is not None and report.preemptions is not None and previous.preemptions is not None
                  and report.preemptions > previous.preemptions)
     if queueing:
-        return _settle(max(1, min(top, int(report.running))), now)
+        return _settle(max(1, min(top, int(report.running) + allowance)), now)
     if preempted:
         return _settle(max(1, int(min(current, report.running) * BACKOFF)), now)
     if report.kv_usage is not None and report.kv_usage >= KV_HIGH:
@@ -141,8 +165,16 @@ def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: Replic
     rate = work_rate(report, previous)
     if rate is None or report.running + report.waiting < BINDING_SHARE * current:
         return current, probe  # nothing learnt: the limit is not what holds the replica back now
-    if probe.level != current:  # the first binding read at a new level is a transition
-        return current, replace(probe, level=current, reads=0, level_rate=0.0)
+    if report.waiting > min(allowance, QUEUE_MIN) and allowance >= DEFAULT_CEILING or report.waiting > allowance:
+        # Requests already wait at the server (a burst still being admitted, or a prefill-bound
+        # engine): more would only queue there, where no other replica can take them.
+        return current, probe
+    if probe.level != current:
+        # The first binding read at a new level is a transition (the requests it added are still in
+        # prefill); while climbing it already counts, so that a short run is not over before the climb.
+        probe = replace(probe, level=current, reads=0, level_rate=0.0)
+        if probe.knee_at is not None:
+            return current, probe
     reads = probe.reads + 1
     probe = replace(probe, reads=reads, level_rate=probe.level_rate + (rate - probe.level_rate) / reads)
     if reads < LEVEL_READS:

@@ -117,9 +117,12 @@ def test_without_a_ceiling_the_limit_climbs_past_the_old_default_while_throughpu
 def test_a_plateau_steps_back_to_the_level_below():
     state = replica_with_cap(None)
     flat = lambda c: min(c, 40) * 100.0  # noqa: E731 - throughput stops growing at 40 in flight
-    limits = drive(state, flat, 30)
+    limits = drive(state, flat, 20)  # 10 s: less than REPROBE_S after the knee
     assert 128 in limits  # 32 -> 64 paid (3,200 -> 4,000 tokens/s); it tried 128 ...
     assert limits[-1] == 64  # ... which added nothing, so it went back to 64 and holds there
+    # The next probe (an eighth more) does not pay either: back to 64.
+    later = drive(state, flat, 20, start=NOW + 10, work=1e9)
+    assert 72 in later and later[-1] == 64
 
 
 def test_the_operator_ceiling_is_a_ceiling_never_a_target():
@@ -139,11 +142,24 @@ def test_the_limit_does_not_grow_while_it_does_not_bind():
 
 def test_limit_drops_to_the_running_count_when_the_replica_keeps_queueing():
     state = replica_with_cap(None, limit=64)
-    first = report(40, 5)
+    first = report(40, 5, at=NOW - 0.5)
     assert adapted_limit(state, first, None)[0] == 64  # one read with a queue is not yet a full batch
-    assert adapted_limit(state, report(40, 3), first)[0] == 40  # two in a row, batch not growing: full at 40
-    # Waiting between two engine steps while the batch is still growing: no cut.
-    assert adapted_limit(state, report(44, 2), report(40, 1))[0] == 64
+    # Two in a row, nothing answered in between: a burst being admitted a few prompts a step.
+    assert adapted_limit(state, report(40, 3), first)[0] == 64
+    # Two in a row while it answers (1 in 0.5 s): the batch is full at 40; a few may stay queued there.
+    later = report(40, 3)
+    later.completed = 1
+    assert adapted_limit(state, later, first)[0] == 40 + routing.QUEUE_MIN
+    # A replica answering 20 requests a second may keep a second's worth queued: it is prefill-bound
+    # and needs its next prompts at hand, and 20 queued there are a second of the run's tail at most.
+    before, now = report(40, 30, at=NOW - 0.5), report(44, 30)
+    before.completed, now.completed = 100, 110
+    assert routing.queue_allowance(now, before) == 20
+    assert adapted_limit(state, now, before)[0] == 44 + 20
+    # A queue within the allowance (requests arriving between two engine steps) is no cut.
+    within = report(40, 2)
+    within.completed = 1
+    assert adapted_limit(state, within, report(40, 2, at=NOW - 0.5))[0] == 64
 
 
 def test_a_preemption_backs_off_below_the_running_count():
@@ -165,10 +181,10 @@ def test_kv_cache_pressure_takes_the_limit_down():
 def test_a_found_knee_is_probed_again_later():
     state = replica_with_cap(None)
     flat = lambda c: min(c, 40) * 100.0  # noqa: E731
-    drive(state, flat, 30)
+    drive(state, flat, 20)
     assert state.limit == 64
     more = lambda c: c * 100.0  # noqa: E731 - the mix changed: more requests pay again
-    later = drive(state, more, 60, start=NOW + 15 + 30 * 0.5, work=1e9)
+    later = drive(state, more, 60, start=NOW + 15 + 20 * 0.5, work=1e9)
     assert max(later) > 64
 
 
