@@ -63,12 +63,13 @@ def window_requests(chunks: list[str], window: int, context_words: int) -> list[
     return requests
 
 
-def run_windows(n_chunks: int, chunk_words: int, context_words: int, time_scale: float) -> list[dict]:
+def run_windows(n_chunks: int, chunk_words: int, context_words: int, time_scale: float,
+                cost_model: str = "vllm") -> list[dict]:
     chunks = synthetic_section(n_chunks, chunk_words, seed=1)
     rows = []
     for window in WINDOWS:
         requests = window_requests(chunks, window, context_words)
-        with FleetSimulator([ReplicaSpec()], time_scale=time_scale) as sim:  # cold cache for every W
+        with FleetSimulator([ReplicaSpec(cost_model=cost_model)], time_scale=time_scale) as sim:  # cold cache per W
             fleet = HeaderFleet(FleetConfig(replicas=[ReplicaConfig(base_url=sim.base_urls[0], max_in_flight=16)]),
                                 discovery=ModelDiscovery())
             try:

@@ -116,7 +116,7 @@ def test_without_a_ceiling_the_limit_climbs_past_the_old_default_while_throughpu
 
 def test_a_plateau_steps_back_to_the_level_below():
     state = replica_with_cap(None)
-    flat = lambda c: min(c, 40) * 100.0  # noqa: E731 - throughput stops growing at 40 in flight
+    flat = lambda c: min(c, 40) * 100.0  # throughput stops growing at 40 in flight
     limits = drive(state, flat, 20)  # 10 s: less than REPROBE_S after the knee
     assert 128 in limits  # 32 -> 64 paid (3,200 -> 4,000 tokens/s); it tried 128 ...
     assert limits[-1] == 64  # ... which added nothing, so it went back to 64 and holds there
@@ -180,10 +180,10 @@ def test_kv_cache_pressure_takes_the_limit_down():
 
 def test_a_found_knee_is_probed_again_later():
     state = replica_with_cap(None)
-    flat = lambda c: min(c, 40) * 100.0  # noqa: E731
+    flat = lambda c: min(c, 40) * 100.0
     drive(state, flat, 20)
     assert state.limit == 64
-    more = lambda c: c * 100.0  # noqa: E731 - the mix changed: more requests pay again
+    more = lambda c: c * 100.0  # the mix changed: more requests pay again
     later = drive(state, more, 60, start=NOW + 15 + 20 * 0.5, work=1e9)
     assert max(later) > 64
 
