@@ -256,7 +256,17 @@ class BlockPool:
                 self.free[b] = None
 
 
-class Engine:
+class _Steps:
+    """`step`: schedule + commit at once (unit tests and the throughput model), for both engines."""
+
+    def step(self) -> Plan | None:
+        plan = self.schedule()  # type: ignore[attr-defined]
+        if plan is not None:
+            self.commit(plan)  # type: ignore[attr-defined]
+        return plan
+
+
+class Engine(_Steps):
     """One vLLM v1-like engine core (see fleet.py's docstring). `spec` needs the ReplicaSpec fields
     max_num_seqs, block_size, kv_cache_tokens (0: the default), max_num_batched_tokens and the four
     step-cost coefficients."""
@@ -441,15 +451,9 @@ class Engine:
             self.running[:] = [s for s in self.running if s.blocks]
         return finished
 
-    def step(self) -> Plan | None:
-        """schedule + commit at once (unit tests and the throughput model)."""
-        plan = self.schedule()
-        if plan is not None:
-            self.commit(plan)
-        return plan
 
 
-class LegacyEngine:
+class LegacyEngine(_Steps):
     """The simulator's old cost model (cost_model "legacy"), kept to compare against."""
 
     def __init__(self, spec: Any):
@@ -525,11 +529,6 @@ class LegacyEngine:
         self.running[:] = still
         return finished
 
-    def step(self) -> Plan | None:
-        plan = self.schedule()
-        if plan is not None:
-            self.commit(plan)
-        return plan
 
 
 def make_engine(spec: Any) -> Engine | LegacyEngine:

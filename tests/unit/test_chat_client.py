@@ -261,81 +261,53 @@ def test_transport_errors():
     assert type(timed_out).__name__ == "APITimeoutError"  # the key the fleet's error counters use
 
 
+async def cancel_mid_call(answer_head: bytes | None) -> bool:
+    """A raw socket server reads the request, writes `answer_head` (None: nothing) and then holds the
+    connection; the call is cancelled once the server is there. True when the server then sees
+    end-of-file (the client closed the connection, so vLLM would abort the request)."""
+    there = asyncio.Event()
+    disconnected = asyncio.Event()
+
+    async def hold(reader, writer):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await reader.read(65536)
+        if answer_head is not None:
+            writer.write(answer_head)
+            await writer.drain()
+        there.set()
+        while await reader.read(65536):  # the body, then nothing until the client goes away
+            pass
+        disconnected.set()
+        writer.close()
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = client_for(f"http://127.0.0.1:{port}/v1")
+    try:
+        call = asyncio.ensure_future(client.complete(model="m", messages=MESSAGES, max_tokens=5, temperature=0.0))
+        await asyncio.wait_for(there.wait(), 5)
+        if answer_head is not None:
+            await asyncio.sleep(0.05)  # the client is now in the body's read
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.wait_for(disconnected.wait(), 5)
+    finally:
+        await client.close()
+        server.close()
+    return disconnected.is_set()
+
+
 def test_cancelling_a_call_closes_its_connection():
-    """A raw socket server reads the request and never answers; cancelling the call (a hedge that lost)
-    must close the connection, so the server sees end-of-file (and vLLM would abort the request)."""
-
-    async def go():
-        received = asyncio.Event()
-        disconnected = asyncio.Event()
-
-        async def hold(reader, writer):
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += await reader.read(65536)
-            received.set()
-            while await reader.read(65536):  # the body, then nothing until the client goes away
-                pass
-            disconnected.set()
-            writer.close()
-
-        server = await asyncio.start_server(hold, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        client = client_for(f"http://127.0.0.1:{port}/v1")
-        try:
-            call = asyncio.ensure_future(client.complete(model="m", messages=MESSAGES, max_tokens=5,
-                                                         temperature=0.0))
-            await asyncio.wait_for(received.wait(), 5)
-            call.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await call
-            await asyncio.wait_for(disconnected.wait(), 5)
-        finally:
-            await client.close()
-            server.close()
-        return disconnected.is_set()
-
-    assert run(go())
+    """The server never answers; cancelling the call (a hedge that lost) must close the connection."""
+    assert run(cancel_mid_call(None))
 
 
 def test_cancelling_while_the_answer_is_read_closes_the_connection():
     """Headers sent, body still coming: cancelling then must close the connection too (it may never
     return to the pool half-read)."""
-
-    async def go():
-        disconnected = asyncio.Event()
-        headers_sent = asyncio.Event()
-
-        async def trickle(reader, writer):
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += await reader.read(65536)
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
-            await writer.drain()
-            headers_sent.set()
-            while await reader.read(65536):
-                pass
-            disconnected.set()
-            writer.close()
-
-        server = await asyncio.start_server(trickle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        client = client_for(f"http://127.0.0.1:{port}/v1")
-        try:
-            call = asyncio.ensure_future(client.complete(model="m", messages=MESSAGES, max_tokens=5,
-                                                         temperature=0.0))
-            await asyncio.wait_for(headers_sent.wait(), 5)
-            await asyncio.sleep(0.05)  # the client is now in the body's read
-            call.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await call
-            await asyncio.wait_for(disconnected.wait(), 5)
-        finally:
-            await client.close()
-            server.close()
-        return True
-
-    assert run(go())
+    assert run(cancel_mid_call(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"))
 
 
 def test_connections_are_reused():
