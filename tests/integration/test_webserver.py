@@ -200,7 +200,7 @@ def test_a_bad_setting_shows_as_the_code_location_error(tmp_path):
 
     home = seed_dagster_home(tmp_path / "dagster_home")
     env = deployment_env(home, CTX_HOME=str(tmp_path / ".ctx"), CTX_INBOX=str(tmp_path / "inbox"),
-                         CTX_LLM_MAX_IN_FLIGHT="0")
+                         CTX_LLM_MAX_IN_FLIGHT="-1")
     with DagsterDeployment(root=tmp_path, env=env) as deployment:
         try:
             webserver = deployment.start_webserver()
@@ -218,5 +218,5 @@ def test_a_bad_setting_shows_as_the_code_location_error(tmp_path):
         # Dagster wraps it ("error occurred during the loading of Dagster definitions"); the UI shows the cause.
         messages = [error["message"], *(cause["message"] for cause in error["causes"])]
         lines = [line for message in messages for line in message.splitlines() if "CTX_LLM_MAX_IN_FLIGHT" in line]
-        assert len(lines) == 1 and "CTX_LLM_MAX_IN_FLIGHT='0' is not valid" in lines[0], messages
+        assert len(lines) == 1 and "CTX_LLM_MAX_IN_FLIGHT='-1' is not valid" in lines[0], messages
         assert webserver.poll() is None, deployment.logs()
