@@ -10,6 +10,7 @@ mapping is also checked through `Attempts._call`, with a `ReplicaState` whose cl
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import json
 
@@ -86,7 +87,10 @@ def client_for(base_url: str, api_key: str | None = "sk-test", **timeouts) -> Ch
 
 
 def run(coroutine):
-    return asyncio.run(coroutine)
+    """On a thread of its own: another test's event loop (Playwright's sync API) may still be running
+    in the main thread, where asyncio.run() refuses to start."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def test_body_shape_auth_header_and_answer():
