@@ -165,7 +165,8 @@ def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: Replic
     rate = work_rate(report, previous)
     if rate is None or report.running + report.waiting < BINDING_SHARE * current:
         return current, probe  # nothing learnt: the limit is not what holds the replica back now
-    if report.waiting > min(allowance, QUEUE_MIN) and allowance >= DEFAULT_CEILING or report.waiting > allowance:
+    # (Nothing answered yet: the burst allowance does not apply to raising, only the minimum does.)
+    if report.waiting > (QUEUE_MIN if allowance >= DEFAULT_CEILING else allowance):
         # Requests already wait at the server (a burst still being admitted, or a prefill-bound
         # engine): more would only queue there, where no other replica can take them.
         return current, probe
