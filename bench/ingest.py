@@ -330,6 +330,10 @@ def fleet_figures(sim: SimFleet, timeline, speeds: tuple[float, ...] = SPEEDS) -
         "requests": total,
         # Prompt tokens the replicas prefilled or took from their prefix cache (the fleet's count, every client).
         "header_tokens_prompt": sum(s["prompt_tokens"] for s in stats),
+        # Share of those served from the replicas' own prefix caches (the model floor counts every
+        # hit the corpus makes possible: `model_prefix_hit_tokens` over `model_prompt_tokens`).
+        "prefix_hit_share": round(sum(s.get("prefix_hit_tokens", 0) for s in stats)
+                                  / max(1, sum(s["prompt_tokens"] for s in stats)), 4),
     }
     # How far all clients together overshot what a replica ran: open requests over its peak batch.
     figures["overshoot"] = max((round(o / r - 1, 3) for o, r in zip(figures["peak_open_requests"],

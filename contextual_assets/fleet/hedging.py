@@ -109,7 +109,7 @@ class Hedging:
             if ticket.stalled:
                 state = await self.slots.acquire(request, exclude)
             else:
-                state = await self.slots.try_acquire(exclude, cost)
+                state = await self.slots.try_acquire(request, exclude)
         except HeaderGenerationError:  # nothing else is up: the primary is all there is
             return None
         if state is ticket.state:  # routing's fallback to a tried replica: a copy on the same one never helps

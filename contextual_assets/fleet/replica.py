@@ -13,6 +13,7 @@ from typing import Any
 
 from .breaker import CircuitBreaker
 from .config import ReplicaConfig
+from .prefix import PrefixMemory
 
 LATENCY_SAMPLES = 256  # recent answers per replica behind the hedging percentile
 
@@ -78,6 +79,7 @@ class ReplicaState:
     # Until the replica's own count has caught up with this process's requests, another process that
     # started at the same moment may be filling it too: half the cap (see routing.concurrency_limit).
     slow_start: bool = False
+    prefixes: PrefixMemory = field(default_factory=PrefixMemory)  # prompt blocks sent here (cache-aware routing)
 
     @property
     def url(self) -> str:

@@ -15,8 +15,17 @@ Routing, in order:
 3. Shortest expected completion: a replica much slower than the fastest healthy one this request may
    still use is used only while the queue is long enough that waiting for a fast slot would take
    longer.
-4. Least outstanding work: estimated outstanding tokens (ours, plus other processes' requests at the
-   size of this one) / weight, then requests on it, then a random tiebreak.
+4. Cache-aware (the shape of SGLang router's policy): the candidate that was sent the longest part of
+   this prompt (`prefix.py`), when that is at least `CACHE_MATCH_MIN` of the prompt and the fleet is
+   balanced (that replica holds no more than `BALANCE_ABS` requests and `BALANCE_REL` times more than
+   the least loaded candidate): its prefix cache still holds the prefix, so the prefill is mostly a hit.
+5. Otherwise least outstanding work: estimated outstanding tokens (ours, plus other processes'
+   requests at the size of this one) / weight, then requests on it, then a random tiebreak.
+
+When every replica is full, requests wait in a queue, and a freed slot goes first to a waiter whose
+prompt that replica holds, then to one whose prompt no replica holds, then to the oldest
+(`next_waiter`), so a section's chunks queued together stay on one replica; no waiter is passed over
+more than `WAITER_MAX_PASSED` times.
 
 Hedging: a request out longer than a high percentile of answer latency (per token of cost, the
 replica's own answers, or its peers' until it has enough) gets a duplicate on another replica when
@@ -71,6 +80,17 @@ BACKOFF = 0.9  # a preemption takes the limit to this share of the running count
 CLIMB_READ_S = 0.2  # /metrics reads this often (at most) while a replica's knee is still unknown
 QUEUE_MIN = 2  # requests a replica may keep queued at the server (see `queue_allowance`) ...
 QUEUE_HORIZON_S = 1.0  # ... or what it answers in this long, whichever is more
+# Cache-aware routing: the share of a prompt a replica must have been sent for affinity to decide
+# (below it the prefill saved is small against balance), and the load gap that makes the fleet
+# imbalanced (more than BALANCE_ABS requests, and BALANCE_REL times the least loaded): a replica
+# holding long prompts runs slower steps, so affinity never piles a section's chunks on one replica.
+CACHE_MATCH_MIN = 0.5
+BALANCE_ABS = 16
+BALANCE_REL = 1.5
+# A freed slot looks this far down the queue for a request its cache suits; no request is passed over
+# more often than this (no starvation).
+WAITER_LOOKAHEAD = 128
+WAITER_MAX_PASSED = 64
 
 
 def queue_allowance(report: ReplicaReport, previous: ReplicaReport | None) -> int:
@@ -250,13 +270,15 @@ def pick_replica(
     rand: Callable[[], float] = random.random,
     now: float = 0.0,
     stalled: Collection[str] = (),
+    prefix: Sequence[int] = (),
 ) -> ReplicaState | None:
     """The replica to send a request of `cost` estimated tokens to, or None to wait for a slot.
 
     `tried` holds the URLs this request already failed on; `waiting` is how many requests are
     queued for a slot; `stalled` the URLs of stalled replicas (see `is_stalled`), used only when no
-    other replica has a closed breaker. Calls `breaker.allow()` only on replicas with room, in order,
-    as the pool always has (a half-open breaker's answer can depend on it)."""
+    other replica has a closed breaker; `prefix` the prompt's block hashes (`prefix.prefix_blocks`).
+    Calls `breaker.allow()` only on replicas with room, in order, as the pool always has (a
+    half-open breaker's answer can depend on it)."""
     healthy_elsewhere = any(s.url not in stalled and s.breaker.state == "closed" for s in replicas)
     available = [s for s in replicas if has_room(s, now) and not (s.url in stalled and healthy_elsewhere)
                  and s.breaker.allow()]
@@ -273,11 +295,63 @@ def pick_replica(
     if not pool:
         return None  # only much slower replicas are free: a fast slot comes sooner
 
+    cached = cache_aware_choice(pool, prefix, now)
+    if cached is not None:
+        return cached
+
     def load(s: ReplicaState) -> tuple[float, int, float]:
         foreign = foreign_load(s, now)
         return ((s.outstanding_tokens + foreign * cost + 1) / s.config.weight, s.in_flight + foreign, rand())
 
     return min(pool, key=load)
+
+
+def cache_aware_choice(pool: Sequence[ReplicaState], prefix: Sequence[int], now: float) -> ReplicaState | None:
+    """The candidate that was sent the most of this prompt, if that is at least `CACHE_MATCH_MIN` of
+    it and choosing it keeps the fleet balanced; None: route on load."""
+    if not prefix or len(pool) < 2:
+        return None
+    matched = {id(s): s.prefixes.matched(prefix) for s in pool}
+    best = max(pool, key=lambda s: matched[id(s)])
+    if matched[id(best)] < CACHE_MATCH_MIN * len(prefix) or all(matched[id(s)] == matched[id(best)] for s in pool):
+        return None  # too little of the prompt is anyone's, or everyone's equally: load decides
+    requests = {id(s): s.in_flight + foreign_load(s, now) for s in pool}
+    least = min(requests.values())
+    mine = requests[id(best)]
+    if mine - least > BALANCE_ABS and mine > BALANCE_REL * least:
+        return None
+    return best
+
+
+def next_waiter(waiters: Sequence[tuple[Sequence[int], int]], freed: ReplicaState,
+                replicas: Sequence[ReplicaState]) -> int | None:
+    """Which queued request a slot freed on `freed` goes to: `waiters` are (prompt blocks, times passed
+    over), oldest first. Among the first `WAITER_LOOKAHEAD`: one whose prompt `freed` was mostly sent
+    already (at least `CACHE_MATCH_MIN`; the most matched, the oldest on a tie), else one whose prompt
+    no replica holds (a new section: `freed` becomes its home), else the oldest; and always the oldest
+    once it has been passed over `WAITER_MAX_PASSED` times. A slot never goes unused while anyone
+    waits. None: nobody waits."""
+    if not waiters:
+        return None
+    if waiters[0][1] >= WAITER_MAX_PASSED:
+        return 0
+    homeless: int | None = None
+    best, best_share = None, 0.0
+    for index, (prefix, _) in enumerate(waiters[:WAITER_LOOKAHEAD]):
+        if not prefix:
+            continue
+        need = CACHE_MATCH_MIN * len(prefix)
+        here = freed.prefixes.matched(prefix)
+        if here >= need:
+            if here / len(prefix) > best_share:
+                best, best_share = index, here / len(prefix)
+        elif best is None and homeless is None and all(
+                s.prefixes.matched(prefix) < need for s in replicas if s is not freed):
+            homeless = index
+    if best is not None:
+        return best
+    return homeless if homeless is not None else 0
+
 
 
 def worth_it(replica: ReplicaState, replicas: Sequence[ReplicaState], cost: int, waiting: int) -> bool:

@@ -1,15 +1,17 @@
-"""`Slots`: taking and giving back a place on a replica, under the pool's one asyncio condition.
+"""`Slots`: taking and giving back a place on a replica, and the queue of requests waiting for one.
 
-Which replica a request gets is `routing.pick_replica`'s decision; this module holds what that
-decision reads and changes under the lock (in-flight counts, the queue of requests waiting for a
-slot, the replicas the hedging monitor found stalled), and fails requests fast when every replica
-has been down for too long. Everything here runs on the pool's event-loop thread.
+Which replica a request gets is `routing.pick_replica`'s decision, and which waiting request a freed
+slot goes to is `routing.next_waiter`'s; this module holds what those decisions read and change (in-flight
+counts, the queue, the replicas the hedging monitor found stalled), and fails requests fast when every
+replica has been down for too long. Everything here runs on the pool's event-loop thread, and no
+decision awaits between reading the state and changing it, so no lock is needed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 
 from . import routing
 from .config import FleetConfig
@@ -19,12 +21,21 @@ from .types import FleetRequest, FleetUnavailableError
 FRESH_METRICS_WAIT_S = 1.0  # the longest a request waits for the first /metrics read
 
 
+@dataclass(eq=False)
+class Waiter:
+    """A request waiting for a slot: its prompt blocks (for `routing.next_waiter`), the event a freed
+    slot sets, and how often a later request was preferred to it."""
+
+    prefix: tuple[int, ...]
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
+    passed: int = 0
+
+
 class Slots:
     def __init__(self, config: FleetConfig, replicas: list[ReplicaState]):
         self.config = config
         self.replicas = replicas
-        self.cond = asyncio.Condition()
-        self.waiting = 0  # requests waiting for a slot (the routing policy's queue length)
+        self.queue: list[Waiter] = []  # requests waiting for a slot, oldest first
         self.stalled: set[str] = set()  # replicas the monitor found stalled (routing avoids them)
         self.down_since: float | None = None  # since when no replica has had a closed breaker
         # Set while the replicas' queues have been read since requests started going out; requests
@@ -34,10 +45,37 @@ class Slots:
         self.metrics_fresh = asyncio.Event()
         self.wake_reader = asyncio.Event()
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a slot (the routing policy's queue length)."""
+        return len(self.queue)
+
     async def notify_all(self) -> None:
         """Wake every waiting request: room may have opened, or routing's view changed."""
-        async with self.cond:
-            self.cond.notify_all()
+        for waiter in self.queue:
+            waiter.woken.set()
+
+    def _wake_one(self, freed: ReplicaState) -> None:
+        """A slot freed on `freed`: wake the waiter routing gives it to (among those not woken yet)."""
+        candidates: list[Waiter] = []
+        for waiter in self.queue:
+            if not waiter.woken.is_set():
+                candidates.append(waiter)
+                if len(candidates) >= routing.WAITER_LOOKAHEAD:
+                    break
+        index = routing.next_waiter([(w.prefix, w.passed) for w in candidates], freed, self.replicas)
+        if index is None:
+            return
+        for waiter in candidates[:index]:
+            waiter.passed += 1
+        candidates[index].woken.set()
+
+    def _wake_any(self) -> None:
+        """Hand a wake-up a waiter did not use (it left the queue) to the oldest waiter not woken."""
+        for waiter in self.queue:
+            if not waiter.woken.is_set():
+                waiter.woken.set()
+                return
 
     async def mark_stalled(self, stalled: set[str]) -> None:
         if stalled != self.stalled:
@@ -60,23 +98,23 @@ class Slots:
                 f"{label}: every replica has been failing for over {self.config.unavailable_timeout_s:.0f} s ({detail})"
             )
 
-    def _pick(self, tried: set[str], cost: int) -> ReplicaState | None:
-        return routing.pick_replica(self.replicas, tried, cost, self.waiting, now=time.monotonic(),
-                                    stalled=self.stalled)
+    def _pick(self, tried: set[str], cost: int, prefix: tuple[int, ...], others_waiting: int) -> ReplicaState | None:
+        return routing.pick_replica(self.replicas, tried, cost, others_waiting, now=time.monotonic(),
+                                    stalled=self.stalled, prefix=prefix)
 
-    def _take(self, state: ReplicaState, cost: int) -> ReplicaState:
+    def _take(self, state: ReplicaState, cost: int, prefix: tuple[int, ...]) -> ReplicaState:
         state.in_flight += 1
         state.record_in_flight(time.monotonic())
         state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
         state.outstanding_tokens += cost
+        state.prefixes.remember(prefix)
         state.breaker.on_dispatch()
         return state
 
-    async def try_acquire(self, tried: set[str], cost: int) -> ReplicaState | None:
+    async def try_acquire(self, request: FleetRequest, tried: set[str]) -> ReplicaState | None:
         """A slot now, or None (a tail hedge never queues behind work that has no slot yet)."""
-        async with self.cond:
-            state = self._pick(tried, cost)
-            return self._take(state, cost) if state is not None else None
+        state = self._pick(tried, request.cost, request.prefix, self.waiting)
+        return self._take(state, request.cost, request.prefix) if state is not None else None
 
     async def _await_fresh_metrics(self) -> None:
         if not self.metrics_fresh.is_set():
@@ -88,32 +126,39 @@ class Slots:
 
     async def acquire(self, request: FleetRequest, tried: set[str]) -> ReplicaState:
         """A slot for `request` on a replica routing picks, waiting in the queue until one frees."""
-        cost = request.cost
+        cost, prefix = request.cost, request.prefix
         await self._await_fresh_metrics()
-        async with self.cond:
+        waiter: Waiter | None = None  # its place in the queue, kept across wake-ups
+        try:
             while True:
-                state = self._pick(tried, cost)
-                if state is None:
-                    # Only when nothing can take the request: a half-open replica still gets its probe.
-                    self.update_down()
-                    self.raise_if_down(request.label)
+                state = self._pick(tried, cost, prefix, self.waiting - (waiter is not None))
                 if state is not None:
-                    return self._take(state, cost)
+                    if waiter is not None:
+                        waiter.woken.clear()  # its wake-up is used
+                    return self._take(state, cost, prefix)
+                # Only when nothing can take the request: a half-open replica still gets its probe.
+                self.update_down()
+                self.raise_if_down(request.label)
                 if all(not s.breaker.allow() for s in self.replicas):
                     wait = max(0.05, min(s.breaker.seconds_until_probe() for s in self.replicas))
                 else:
                     wait = 1.0
-                self.waiting += 1
+                if waiter is None:
+                    waiter = Waiter(prefix)
+                    self.queue.append(waiter)
+                waiter.woken.clear()
                 try:
-                    await asyncio.wait_for(self.cond.wait(), timeout=wait)
+                    await asyncio.wait_for(waiter.woken.wait(), timeout=wait)
                 except asyncio.TimeoutError:
                     pass
-                finally:
-                    self.waiting -= 1
+        finally:
+            if waiter is not None:
+                self.queue.remove(waiter)
+                if waiter.woken.is_set():  # woken for a slot it did not take: pass the wake-up on
+                    self._wake_any()
 
     async def release(self, state: ReplicaState, cost: int) -> None:
-        async with self.cond:
-            state.in_flight -= 1
-            state.record_in_flight(time.monotonic())
-            state.outstanding_tokens -= cost
-            self.cond.notify(1)
+        state.in_flight -= 1
+        state.record_in_flight(time.monotonic())
+        state.outstanding_tokens -= cost
+        self._wake_one(state)

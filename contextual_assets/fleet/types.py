@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ..errors import HeaderGenerationError
+from .prefix import prefix_blocks
 
 
 class RetryableFleetError(HeaderGenerationError):
@@ -47,6 +49,11 @@ class FleetRequest:
     def cost(self) -> int:
         """Tokens the request may hold on a replica: what routing and slot accounting weigh."""
         return self.est_prompt_tokens + self.max_tokens
+
+    @cached_property
+    def prefix(self) -> tuple[int, ...]:
+        """The prompt's block hashes (`prefix.prefix_blocks`): what cache-aware routing matches."""
+        return prefix_blocks(self.messages)
 
 
 @dataclass
