@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import socket
 import time
 
 import pytest
 
 from bench.sim import FleetSimulator, ReplicaSpec
-from contextual_assets.errors import HeaderGenerationError
+from contextual_assets.errors import ConfigurationError, HeaderGenerationError
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
 from contextual_assets.fleet.discovery import ModelDiscovery
 from contextual_assets.fleet.pool import (
@@ -262,6 +263,22 @@ def test_openai_embeddings_endpoint():
         vectors = embedder.embed([f"text {i}" for i in range(7)])
         assert len(vectors) == 7 and embedder.dimension == 32 and embedder.identity == "openai:sim-embed"
         assert embedder.embed(["text 3"])[0] == vectors[3], "order kept across batches"
+        # A server that serves no embeddings (404): a configuration error naming the settings to check.
+        wrong = OpenAIEmbedder(sim.base_urls[0] + "/nothing-here", "sim-embed")
+        with pytest.raises(ConfigurationError, match="HTTP 404.*CTX_EMBED_BASE_URL and CTX_EMBED_MODEL"):
+            wrong.embed(["text"])
+
+
+def test_openai_embeddings_endpoint_down_is_a_dependency_error_after_retries():
+    from contextual_assets.embedding import EmbedderUnavailable, OpenAIEmbedder
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    embedder = OpenAIEmbedder(f"http://127.0.0.1:{port}/v1", "sim-embed")
+    embedder.RETRIES = 1
+    with pytest.raises(EmbedderUnavailable, match=r"/v1/embeddings failed 2 times \(last: ConnectError"):
+        embedder.embed(["text"])
 
 
 # ---- hedged requests and fleet-wide signals -------------------------------------------------------

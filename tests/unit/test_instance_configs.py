@@ -91,6 +91,7 @@ def test_instance_limits_the_ingest_pool_and_queues_runs(path, tmp_path):
     instance = _instance_with_sqlite_storage(yaml.safe_load(path.read_text()), tmp_path / "home")
     try:
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+        assert instance.run_coordinator.dequeue_interval_seconds == 1  # a freed ingest slot is taken within a second
         assert type(instance.run_launcher).__name__ == "DefaultRunLauncher"
         concurrency = instance.get_concurrency_config()
         assert concurrency.pool_config.default_pool_limit == 2
