@@ -56,6 +56,7 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -83,6 +84,7 @@ class BenchOptions:
     embedder: str = "remote"  # --embedder: remote (a GPU-like /v1/embeddings server) or local (MiniLM on the CPU)
     ingest_slots: int | None = None  # --ingest-slots: the ctx_ingest pool limit of the bench's Dagster instance
     processes: int = 2  # --processes: shared-fleet's ingest processes on one fleet
+    dagster_storage: str = "sqlite"  # --dagster-storage: the instance's storage, sqlite (shipped) or postgres (deploy/)
     peer_workers: int = 64  # the peers' thread pools (a user's choice; the platform has no such knob)
 
     def sim_spec(self) -> ReplicaSpec:
@@ -621,11 +623,7 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
                  speeds: tuple[float, ...] = SPEEDS, timeout_s: float = 1800) -> dict:
     import dagster as dg
 
-    from bench.sim.deployment import (
-        DagsterDeployment,
-        deployment_env,
-        seed_dagster_home,
-    )
+    from bench.sim.deployment import DagsterDeployment, deployment_env
     from contextual_assets.fleet.vllm_metrics import MetricsSampler
     from contextual_assets.ingest.document_keys import partition_key_for
     from contextual_assets.ingest.inbox import file_sha256
@@ -633,12 +631,13 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     from contextual_assets.store import open_store
 
     root = workdir / f"platform-{time.monotonic_ns()}"
-    home = seed_dagster_home(root / "dagster_home", ingest_slots=OPTIONS.ingest_slots)
+    dagster_home = BenchDagsterHome(root / "dagster_home")
+    home = dagster_home.home
     duckdb_path = root / "index.duckdb"
     sim = start_fleet(workdir, time_scale, speeds)
     embed = EmbedServer(workdir, time_scale)
     env = deployment_env(home, CTX_HOME=str(root / ".ctx"), CTX_INBOX=str(root / "inbox"),
-                         CTX_DUCKDB_PATH=str(duckdb_path), **fleet_settings(sim), **embed.env())
+                         CTX_DUCKDB_PATH=str(duckdb_path), **fleet_settings(sim), **embed.env(), **dagster_home.env)
     keys = [partition_key_for(p.name) for p in paths]
     store = open_store(None, duckdb_path)
     for key, path in zip(keys, paths):
@@ -678,6 +677,7 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
             sampler.stop()
         deployment.stop_all()
         instance.dispose()
+        dagster_home.stop()
         sim.stop()
         embed.stop()
     store = open_store(None, duckdb_path)
@@ -847,23 +847,21 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
     document is committed. wall_s: from the first run's launch to the last commit."""
     import dagster as dg
 
-    from bench.sim.deployment import (
-        DagsterDeployment,
-        deployment_env,
-        seed_dagster_home,
-    )
+    from bench.sim.deployment import DagsterDeployment, deployment_env
     from contextual_assets.fleet.vllm_metrics import MetricsSampler
     from contextual_assets.store import open_store
 
     root = workdir / f"stream-{time.monotonic_ns()}"
-    home = seed_dagster_home(root / "dagster_home", ingest_slots=OPTIONS.ingest_slots)
+    dagster_home = BenchDagsterHome(root / "dagster_home")
+    home = dagster_home.home
     inbox = root / "inbox"
     inbox.mkdir(parents=True)
     duckdb_path = root / "index.duckdb"
     sim = start_fleet(workdir, time_scale, speeds)
     embed = EmbedServer(workdir, time_scale)
     env = deployment_env(home, CTX_HOME=str(root / ".ctx"), CTX_INBOX=str(inbox), CTX_INBOX_SETTLE_S=str(settle_s),
-                         CTX_DUCKDB_PATH=str(duckdb_path), **fleet_settings(sim), **embed.env())
+                         CTX_DUCKDB_PATH=str(duckdb_path), **fleet_settings(sim), **embed.env(),
+                         **dagster_home.env)
     instance = dg.DagsterInstance.from_config(str(home))
     deployment = DagsterDeployment(root=root, env=env)
     sampler = None
@@ -881,6 +879,7 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
             sampler.stop()
         deployment.stop_all()
         instance.dispose()
+        dagster_home.stop()
         sim.stop()
         embed.stop()
     store = open_store(None, duckdb_path)
@@ -938,6 +937,29 @@ def start_postgres():
     name = f"ingest_{uuid.uuid4().hex[:12]}"
     server.psql(f"CREATE DATABASE {name};")
     return server, server.get_uri().replace("/postgres?", f"/{name}?", 1), data
+
+
+class BenchDagsterHome:
+    """The bench's DAGSTER_HOME: the shipped dagster.yaml (SQLite under the home), or with
+    `--dagster-storage postgres` deploy/dagster.postgres.yaml on a pgserver Postgres of its own, as a
+    deployment runs it (run and event-log storage in Postgres; the bench process reads it too)."""
+
+    def __init__(self, home: Path):
+        from bench.sim.deployment import seed_dagster_home
+
+        self.server = None
+        self.env: dict[str, str] = {}
+        if OPTIONS.dagster_storage == "postgres":
+            self.server, url, self.data = start_postgres()
+            # dagster-postgres is written for psycopg2 (see deploy/dagster.postgres.yaml).
+            self.env["DAGSTER_PG_URL"] = url.replace("postgresql://", "postgresql+psycopg2://", 1)
+            os.environ.update(self.env)
+        self.home = seed_dagster_home(home, ingest_slots=OPTIONS.ingest_slots, postgres=self.server is not None)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.cleanup()
+            shutil.rmtree(self.data, ignore_errors=True)
 
 
 def corpus_halves(paths: list[Path]) -> list[Path]:
@@ -1352,13 +1374,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="stream: seconds between waves (default: every file in by half the model floor)")
     parser.add_argument("--ingest-slots", type=int, default=None,
                         help="override dagster.yaml's ctx_ingest pool limit (ingest runs at once) for platform/stream")
+    parser.add_argument("--dagster-storage", choices=("sqlite", "postgres"), default="sqlite",
+                        help="platform/stream: the Dagster instance's storage: the shipped dagster.yaml (SQLite) or "
+                             "deploy/dagster.postgres.yaml on a local Postgres (a deployment's)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     global OPTIONS, BALANCERS_RUN
     OPTIONS = BenchOptions(cap=args.cap, max_num_seqs=args.max_num_seqs, cost_model=args.cost_model,
                            engines=args.engines, metrics_lag_s=args.metrics_lag_s, embedder=args.embedder,
-                           ingest_slots=args.ingest_slots, processes=args.processes)
+                           ingest_slots=args.ingest_slots, processes=args.processes,
+                           dagster_storage=args.dagster_storage)
     from bench.peers import BALANCERS
 
     BALANCERS_RUN = tuple(b.strip() for b in args.balancers.split(",") if b.strip())
@@ -1416,8 +1442,8 @@ def main(argv: list[str] | None = None) -> int:
             "engines": OPTIONS.engines, "metrics_lag_s": OPTIONS.metrics_lag_s,
             "speeds": list(speeds), "peers": worst.get("peers", []),
             "partitions_per_run": PlatformSettings.from_env().partitions_per_run,
-            "ingest_slots": OPTIONS.ingest_slots, "processes": OPTIONS.processes if args.workload == "shared-fleet"
-            else None, "machine": f"{os.cpu_count()} cores",
+            "ingest_slots": OPTIONS.ingest_slots, "dagster_storage": OPTIONS.dagster_storage,
+            "processes": OPTIONS.processes if args.workload == "shared-fleet" else None, "machine": f"{os.cpu_count()} cores",
             "scales": [{k: v for k, v in e.items() if k != "timeline"} for e in per_scale],
             "summary": {k: v for k, v in summary.items() if k not in ("rounds", "peers")},
         }

@@ -88,11 +88,13 @@ def deployment_env(home: Path, **ctx_settings: str) -> dict[str, str]:
     return env
 
 
-def seed_dagster_home(home: Path, ingest_slots: int | None = None) -> Path:
-    """A DAGSTER_HOME with the shipped dagster.yaml; `ingest_slots` overrides its `ctx_ingest` pool
-    limit (how many ingest runs may execute at once)."""
+def seed_dagster_home(home: Path, ingest_slots: int | None = None, postgres: bool = False) -> Path:
+    """A DAGSTER_HOME with the shipped dagster.yaml (SQLite storage), or with `postgres`
+    deploy/dagster.postgres.yaml (storage at $DAGSTER_PG_URL, what a deployment runs); `ingest_slots`
+    overrides its `ctx_ingest` pool limit (how many ingest runs may execute at once)."""
     home.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    source = REPO_ROOT / "deploy" / "dagster.postgres.yaml" if postgres else REPO_ROOT / "dagster.yaml"
+    shutil.copyfile(source, home / "dagster.yaml")
     if ingest_slots is not None:
         import yaml
 

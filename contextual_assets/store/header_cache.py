@@ -39,8 +39,14 @@ class HeaderCacheTable:
         if not items:
             return
         db = self._backend
+        rows = list(dict((i[0], i) for i in items).values())  # one row per key (ON CONFLICT cannot see twice)
+        now = utc_now()
         with db.transaction() as cur:
-            for key, header, model in dict((i[0], i) for i in items).values():
-                db.exec(cur, "INSERT INTO ctx_header_cache (cache_key, header, model, created_at) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT (cache_key) DO UPDATE SET header = excluded.header, model = excluded.model, "
-                        "created_at = excluded.created_at", (key, header, model, utc_now()))
+            # Many rows per statement: one statement per row costs DuckDB ~2 ms each.
+            for start in range(0, len(rows), 250):
+                batch = rows[start : start + 250]
+                db.exec(cur, "INSERT INTO ctx_header_cache (cache_key, header, model, created_at) VALUES "
+                        + ", ".join("(?, ?, ?, ?)" for _ in batch)
+                        + " ON CONFLICT (cache_key) DO UPDATE SET header = excluded.header, model = excluded.model, "
+                        "created_at = excluded.created_at",
+                        [value for key, header, model in batch for value in (key, header, model, now)])

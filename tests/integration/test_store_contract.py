@@ -326,3 +326,17 @@ def test_the_store_is_parts_over_one_backend(store):
         put(store, "a.txt", ["alpha", "beta"])
         keys, matrix = store.search.embedding_matrix("iv-a")
         assert sorted(keys) == [("a.txt", 0), ("a.txt", 1)] and matrix.shape == (2, DIM)
+
+
+def test_header_cache_writes_many_rows_and_the_latest_write_of_a_key_wins(store):
+    """More rows than one statement carries, a key twice in one write (the later row wins) and a key
+    written again later; headers are data, whatever characters they hold."""
+    items = [(f"key-{i}", f"header {i} with ? and '$1' in it", "model-a") for i in range(600)]
+    items.append(("key-7", "header 7, second thought", "model-b"))
+    store.header_cache.cache_headers(items)
+    found = store.header_cache.cached_headers([f"key-{i}" for i in range(600)] + ["absent"])
+    assert len(found) == 600 and "absent" not in found
+    assert found["key-599"] == "header 599 with ? and '$1' in it"
+    assert found["key-7"] == "header 7, second thought"
+    store.header_cache.cache_headers([("key-8", "rewritten", "model-c")])
+    assert store.header_cache.cached_headers(["key-8"]) == {"key-8": "rewritten"}
