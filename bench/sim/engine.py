@@ -385,6 +385,7 @@ class Engine(_Steps):
                 break
             chunk = min(s.prefill_to - s.computed, budget)
             work.append((s, chunk, True))
+            self._publish(s, chunk)
             budget -= chunk
         # As vLLM v1: no admission in a step that preempted (the victims would come straight back).
         while not preempted and waiting and budget > 0 and len(running) < self.spec.max_num_seqs:
@@ -399,10 +400,22 @@ class Engine(_Steps):
             if s.computed < s.prefill_to:
                 chunk = min(s.prefill_to - s.computed, budget)
                 work.append((s, chunk, True))
+                self._publish(s, chunk)
                 budget -= chunk
         if not work:
             return None
         return self._cost(work)
+
+    def _publish(self, s: Seq, chunk: int) -> None:
+        """The full prompt blocks this step computes for `s` join the prefix cache now, as vLLM v1
+        does when it schedules them (KVCacheManager.allocate_slots -> cache_blocks, before the forward
+        pass: block hashes depend on token ids only): a request admitted later in this step, or in any
+        later one, hits them."""
+        full = min((s.computed + chunk) // self.block_size, len(s.hashes))
+        for j in range(s.registered, full):
+            self.pool.register(s.blocks[j], s.hashes[j])
+        if full > s.registered:
+            s.registered = full
 
     def _cost(self, work: list) -> Plan:
         spec = self.spec
@@ -422,22 +435,14 @@ class Engine(_Steps):
         """Apply a scheduled step once its time has passed: KV computed, tokens generated, finished
         sequences' results set and their blocks freed (their prompt blocks stay cached)."""
         self.clock += plan.cost_s
-        bs = self.block_size
-        pool = self.pool
         finished = []
         generated = 0
         for s, n, is_prefill in plan.work:
             if s.future.done() or not s.blocks:  # aborted meanwhile, or preempted (not computed)
                 continue
             s.computed += n
-            if is_prefill:
-                full = min(s.computed // bs, len(s.hashes))
-                for j in range(s.registered, full):
-                    pool.register(s.blocks[j], s.hashes[j])
-                if full > s.registered:
-                    s.registered = full
-                if s.computed < s.prefill_to:
-                    continue  # a partial prefill generates nothing
+            if is_prefill and s.computed < s.prefill_to:
+                continue  # a partial prefill generates nothing (its blocks were published when scheduled)
             s.generated += 1
             generated += 1
             if s.generated >= s.target:

@@ -47,7 +47,8 @@ Each engine is a vLLM v1 scheduler over a paged KV cache:
   before the sequence cap (4,000-token prompts: 147 at a time, not 256). A request whose prompt plus
   output can never fit (even alone) is a 400 at arrival;
 * prefix cache in the same pool: a block's hash covers every token up to and including it (only
-  identical leading blocks hit). Full prompt blocks are published as their prefill completes; when a
+  identical leading blocks hit). Full prompt blocks are published when the step that computes them is
+  scheduled (vLLM v1's allocate_slots -> cache_blocks), so a request admitted later in the same step hits them; when a
   sequence finishes (or is preempted) its blocks are freed but keep their cached content, in an LRU
   free queue (a sequence's tail blocks first), until a new block is needed and the oldest free block
   is evicted. Blocks referenced by running sequences are never evicted. A hit skips the prefill of

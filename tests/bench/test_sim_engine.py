@@ -112,6 +112,31 @@ def test_prefix_cache_shares_the_pool_and_evicts_lru():
     assert engine.step().tokens == 16
 
 
+def test_a_prefill_publishes_its_blocks_when_scheduled_so_the_same_step_hits_them():
+    """vLLM v1 caches a prefill's full blocks when it schedules them (before the forward pass): two
+    requests with the same 96-token prefix submitted together, the second admitted in the same step,
+    prefill the shared blocks once."""
+    engine = Engine(ReplicaSpec(max_num_batched_tokens=1024))
+    shared = toks(96, "s")
+    engine.submit(Seq(shared + toks(40, "x"), 1))
+    engine.submit(Seq(shared + toks(40, "y"), 1))
+    plan = engine.step()
+    assert [n for _, n, _ in plan.work] == [136, 136 - 96]  # both admitted; the second hit 6 blocks
+    assert engine.counters["prefix_hit_tokens"] == 96
+    # A chunk of a long prompt publishes only the blocks it computes: the first step's budget goes to
+    # its first 160 tokens, and nothing is published beyond them.
+    engine = Engine(ReplicaSpec(max_num_batched_tokens=160))
+    long = toks(300, "l")
+    engine.submit(Seq(long, 1))
+    engine.submit(Seq(long[:200] + toks(50, "z"), 1))
+    plan = engine.step()
+    assert [n for _, n, _ in plan.work] == [160] and engine.counters["prefix_hit_tokens"] == 0
+    # The rest of the first (140 tokens, publishing its blocks up to token 288), then the second,
+    # which hits all 12 blocks it shares (192 tokens) and starts its own 58 with the 20 left.
+    plan = engine.step()
+    assert [n for _, n, _ in plan.work] == [140, 20] and engine.counters["prefix_hit_tokens"] == 192
+
+
 def test_chunked_prefill_respects_the_token_budget_and_decodes_first():
     engine = Engine(ReplicaSpec(max_num_batched_tokens=256))
     first = engine.submit(Seq(toks(500, "f"), 20))
