@@ -16,9 +16,10 @@ Routing, in order:
    still use is used only while the queue is long enough that waiting for a fast slot would take
    longer.
 4. Cache-aware (the shape of SGLang router's policy): the candidate that was sent the longest part of
-   this prompt (`prefix.py`), when that is at least `CACHE_MATCH_MIN` of the prompt and the fleet is
-   balanced (that replica holds no more than `BALANCE_ABS` requests and `BALANCE_REL` times more than
-   the least loaded candidate): its prefix cache still holds the prefix, so the prefill is mostly a hit.
+   this prompt (`prefix.py`), when that is at least `CACHE_MATCH_MIN` of the prompt and the fleet stays
+   balanced (not imbalanced: that replica holding more than `BALANCE_ABS` requests beyond the least
+   loaded candidate and over `BALANCE_REL` times its count): its prefix cache still holds the prefix,
+   so the prefill is mostly a hit.
 5. Otherwise least outstanding work: estimated outstanding tokens (ours, plus other processes'
    requests at the size of this one) / weight, then requests on it, then a random tiebreak.
 
