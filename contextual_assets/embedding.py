@@ -153,9 +153,10 @@ class OpenAIEmbedder(Embedder):
             code = response.status_code
             last = f"HTTP {code}: {response.text[:200]}"
             if code not in (408, 409, 429) and code < 500:
-                fix = {401: "set the key named by CTX_EMBED_API_KEY_ENV", 403: "set the key named by CTX_EMBED_API_KEY_ENV",
-                       404: "check CTX_EMBED_BASE_URL and CTX_EMBED_MODEL"}.get(code, "check CTX_EMBED_MODEL")
-                raise ConfigurationError(f"{self.base_url}/embeddings rejected model {self.model!r} ({last}); {fix}")
+                fix = ("set the key named by CTX_EMBED_API_KEY_ENV" if code in (401, 403)
+                       else "check CTX_EMBED_BASE_URL and CTX_EMBED_MODEL")
+                raise ConfigurationError(f"{self.base_url}/embeddings rejected the request for model "
+                                         f"{self.model!r} ({last}); {fix}")
         raise EmbedderUnavailable(f"{self.base_url}/embeddings failed {self.RETRIES + 1} times (last: {last})")
 
     def embed(self, texts: list[str]) -> list[list[float]]:

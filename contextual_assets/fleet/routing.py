@@ -354,7 +354,6 @@ def next_waiter(waiters: Sequence[tuple[Sequence[int], int]], freed: ReplicaStat
     return homeless if homeless is not None else 0
 
 
-
 def worth_it(replica: ReplicaState, replicas: Sequence[ReplicaState], cost: int, waiting: int) -> bool:
     """Shortest expected completion: a replica much slower than the fastest healthy one gets a
     request only while the queue is long enough that waiting for a fast slot would take longer

@@ -98,6 +98,11 @@ class Slots:
                 f"{label}: every replica has been failing for over {self.config.unavailable_timeout_s:.0f} s ({detail})"
             )
 
+    def _prefix(self, request: FleetRequest) -> tuple[int, ...]:
+        """The prompt's block hashes, or none with a single replica (there is no choice to make: the
+        hashing would be pure cost on the request path)."""
+        return request.prefix if len(self.replicas) > 1 else ()
+
     def _pick(self, tried: set[str], cost: int, prefix: tuple[int, ...], others_waiting: int) -> ReplicaState | None:
         return routing.pick_replica(self.replicas, tried, cost, others_waiting, now=time.monotonic(),
                                     stalled=self.stalled, prefix=prefix)
@@ -113,8 +118,9 @@ class Slots:
 
     async def try_acquire(self, request: FleetRequest, tried: set[str]) -> ReplicaState | None:
         """A slot now, or None (a tail hedge never queues behind work that has no slot yet)."""
-        state = self._pick(tried, request.cost, request.prefix, self.waiting)
-        return self._take(state, request.cost, request.prefix) if state is not None else None
+        prefix = self._prefix(request)
+        state = self._pick(tried, request.cost, prefix, self.waiting)
+        return self._take(state, request.cost, prefix) if state is not None else None
 
     async def _await_fresh_metrics(self) -> None:
         if not self.metrics_fresh.is_set():
@@ -126,7 +132,7 @@ class Slots:
 
     async def acquire(self, request: FleetRequest, tried: set[str]) -> ReplicaState:
         """A slot for `request` on a replica routing picks, waiting in the queue until one frees."""
-        cost, prefix = request.cost, request.prefix
+        cost, prefix = request.cost, self._prefix(request)
         await self._await_fresh_metrics()
         waiter: Waiter | None = None  # its place in the queue, kept across wake-ups
         try:

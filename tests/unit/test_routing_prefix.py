@@ -190,3 +190,19 @@ def test_the_queue_hands_a_freed_slot_to_the_request_its_replica_holds():
         return order
 
     assert run_on_own_loop(scenario) == ["b2->home", "a2->home"]
+
+
+def test_a_single_replica_fleet_hashes_no_prompts():
+    """With one replica there is nothing to choose: no prompt is hashed or remembered on the request path."""
+
+    async def scenario() -> ReplicaState:
+        only = replica("only", cap=4)
+        slots = Slots(FleetConfig(replicas=[only.config], metrics_interval_s=0), [only])
+        slots.metrics_fresh.set()
+        request = FleetRequest(messages=prompt(SECTION_A, "c"), est_prompt_tokens=100, max_tokens=10, label="c")
+        state = await slots.acquire(request, set())
+        assert "prefix" not in vars(request)  # the cached property was never computed
+        return state
+
+    state = run_on_own_loop(scenario)
+    assert name(state) == "only" and len(state.prefixes) == 0
