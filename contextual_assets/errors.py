@@ -29,6 +29,14 @@ class StoreError(ContextualError):
     """The chunk store rejected an operation."""
 
 
+class AliasMoved(StoreError):
+    """The alias no longer points where the caller compared against (another promotion came first)."""
+
+    def __init__(self, message: str, current: str | None):
+        super().__init__(message)
+        self.current = current
+
+
 class StaleDocumentError(StoreError):
     """A run's document is no longer the registered one (changed or removed meanwhile)."""
 

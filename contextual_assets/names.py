@@ -16,7 +16,9 @@ DOCUMENTS_PARTITIONS = "documents"
 INGEST_GROUP = "ingest"
 
 # The evaluation assets.
-RETRIEVAL_EVAL = "retrieval_eval"
+RETRIEVAL_EVAL = "retrieval_eval"  # per document partition
+DOCUMENT_GATE = "document_gate"  # its per-partition check
+CANDIDATE_EVALUATION = "candidate_evaluation"  # every partition of a candidate, decided (eval_gate)
 PROMOTED_INDEX = "promoted_index"
 EVALUATION_GROUP = "evaluation"
 

@@ -61,3 +61,14 @@ def regressions_table(regressions: list[dict]) -> str:
         after = r["rank_after"] if r["rank_after"] is not None else "-"
         lines.append(f"| {r['task_id']} | {r['query'][:80]} | {before} | {after} |")
     return "\n".join(lines)
+
+
+def documents_table(documents: dict[str, dict], regressed: list[str], limit: int = 50) -> str:
+    """The documents that regressed, each with why (the per-document rule), then how many passed."""
+    if not regressed:
+        return f"No document regressed ({len(documents)} evaluated)."
+    lines = ["| document partition | gold tasks | why |", "|---|---|---|"]
+    for key in regressed[:limit]:
+        record = documents[key]
+        lines.append(f"| {key} | {len(record['task_ids'])} | {'; '.join(record['reasons'])[:300]} |")
+    return "\n".join(lines + ["", f"{len(documents) - len(regressed)} of {len(documents)} documents did not regress."])

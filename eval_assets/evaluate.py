@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from contextual_assets.embedding import Embedder
 from contextual_assets.fusion import FusionWeights
-from contextual_assets.models import SearchHit
+from contextual_assets.models import HeaderedChunk, SearchHit
 from contextual_assets.rerank import Reranker
 from contextual_assets.store import ChunkStore
 
@@ -93,11 +93,12 @@ def evaluator_identity(embedder: Embedder, gold: GoldSet, modes: tuple[str, ...]
 
 def evaluate(store: ChunkStore, embedder: Embedder, gold: GoldSet, index_version: str,
              modes: tuple[str, ...] = MODES, weights: FusionWeights | None = None,
-             reranker: Reranker | None = None, rerank_candidates: int = 50) -> EvalReport:
+             reranker: Reranker | None = None, rerank_candidates: int = 50,
+             chunks: list[HeaderedChunk] | None = None) -> EvalReport:
     """Every task in every mode; with a reranker, the hybrid lists are reranked (its top
-    `rerank_candidates`) before grading."""
+    `rerank_candidates`) before grading. `chunks`: the version's chunks when the caller has read them."""
     # Gold hygiene reads every chunk of the version: evaluation, not the query path.
-    statuses = classify(gold, store.corpus.chunks(index_version))
+    statuses = classify(gold, chunks if chunks is not None else store.corpus.chunks(index_version))
     queries = [t.query for t in gold.tasks]
     vectors = embedder.embed(queries) if any(m != "lexical" for m in modes) else [[]] * len(queries)
     results: list[TaskResult] = []
@@ -122,6 +123,14 @@ def evaluate(store: ChunkStore, embedder: Embedder, gold: GoldSet, index_version
                 pass_at_20=pass_at_k(ranking, n_gold, 20), reciprocal_rank=reciprocal_rank(ranking),
                 ndcg_at_10=ndcg_at_k(ranking, n_gold, 10),
             ))
+    evaluator_id, identity = evaluator_identity(embedder, gold, modes, weights, reranker, rerank_candidates)
+    return report_of(index_version, gold, evaluator_id, identity, results, hybrid_hits=hybrid_hits)
+
+
+def report_of(index_version: str, gold: GoldSet, evaluator_id: str, evaluator: dict, results: list[TaskResult],
+              hybrid_hits: dict[str, list[SearchHit]] | None = None) -> EvalReport:
+    """A report over per-task results (one evaluation, or the union of a candidate's document partitions)."""
+    modes = list(dict.fromkeys(r.mode for r in results)) or list(evaluator.get("modes", MODES))
     metrics = {}
     for mode in modes:
         rows = [r for r in results if r.mode == mode and r.status == LIVING]
@@ -129,12 +138,12 @@ def evaluate(store: ChunkStore, embedder: Embedder, gold: GoldSet, index_version
         metrics[mode] = ModeMetrics(mode=mode, n_queries=len(rows), pass_at_5=mean("pass_at_5"),
                                     pass_at_10=mean("pass_at_10"), pass_at_20=mean("pass_at_20"),
                                     mrr=mean("reciprocal_rank"), ndcg_at_10=mean("ndcg_at_10"))
-    evaluator_id, identity = evaluator_identity(embedder, gold, modes, weights, reranker, rerank_candidates)
+    statuses = {r.task_id: r.status for r in results}
     return EvalReport(
         run_id=uuid.uuid4().hex, index_version=index_version, gold_set=gold.name, gold_sha256=gold.sha256,
-        evaluator_id=evaluator_id, evaluator=identity, metrics=metrics, tasks=results,
+        evaluator_id=evaluator_id, evaluator=evaluator, metrics=metrics, tasks=results,
         stale=sorted(t for t, s in statuses.items() if s == STALE),
-        broken=sorted(t for t, s in statuses.items() if s == BROKEN), hybrid_hits=hybrid_hits,
+        broken=sorted(t for t, s in statuses.items() if s == BROKEN), hybrid_hits=hybrid_hits or {},
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..errors import StoreError
+from ..errors import AliasMoved, StoreError
 from .backend import Backend, utc_now, write_transaction
 
 
@@ -48,8 +48,8 @@ class AliasTable:
             rows = db.fetch(cur, "SELECT index_version FROM ctx_aliases WHERE name = ?", (name,))
             previous = rows[0][0] if rows else None
             if expected != "<any>" and previous != expected:
-                raise StoreError(f"alias '{name}' moved to {previous} since the gate compared against {expected}; "
-                                 "evaluate again")
+                raise AliasMoved(f"alias '{name}' moved to {previous} since the gate compared against {expected}; "
+                                 "evaluate again", previous)
             self._write(cur, name, version, previous, "promote", reason)
         return previous
 

@@ -1,4 +1,5 @@
-"""Evaluation results: one row per run (metrics, gate decision) and one per task."""
+"""Evaluation results: one row per run (metrics, gate decision), one per task, and one per document
+partition of a candidate (what it was evaluated against, and its per-document verdict)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,14 @@ class EvalRuns(Protocol):
     def latest(self, index_version: str, evaluator_id: str | None = None) -> dict[str, Any] | None: ...
     def get(self, run_id: str) -> dict[str, Any] | None: ...
     def tasks(self, run_id: str) -> list[dict[str, Any]]: ...
+    def save_documents(self, records: Sequence[dict[str, Any]]) -> None: ...
+    def documents(self, index_version: str) -> dict[str, dict[str, Any]]: ...
 
 
 _RUN_COLUMNS = "run_id, index_version, evaluator_id, evaluator, gold_sha256, created_at, metrics, gate"
+_DOCUMENT_COLUMNS = ("index_version", "doc_id", "run_id", "baseline_run_id", "production_version", "basis",
+                     "task_ids", "passed", "reasons", "metrics", "evaluated_at")
+_DOCUMENT_JSON = ("basis", "task_ids", "reasons", "metrics")
 _TASK_COLUMNS = ("task_id", "mode", "status", "first_rank", "pass_at_5", "pass_at_10", "pass_at_20", "reciprocal_rank",
                  "ndcg_at_10")
 
@@ -68,6 +74,31 @@ class EvalRunTable:
         rows = self._backend.query(f"SELECT {', '.join(_TASK_COLUMNS)} FROM ctx_eval_tasks WHERE run_id = ? "
                                    "ORDER BY mode, task_id", (run_id,))
         return [dict(zip(_TASK_COLUMNS, r)) for r in rows]
+
+    @write_transaction
+    def save_documents(self, records: Sequence[dict[str, Any]]) -> None:
+        """Replace the per-document evaluation records of (candidate, document) pairs, in one transaction."""
+        db = self._backend
+        with db.transaction() as cur:
+            for record in records:
+                db.exec(cur, "DELETE FROM ctx_eval_documents WHERE index_version = ? AND doc_id = ?",
+                        (record["index_version"], record["doc_id"]))
+                values = [json.dumps(record[c], sort_keys=True) if c in _DOCUMENT_JSON else record[c]
+                          for c in _DOCUMENT_COLUMNS[:-1]]
+                db.exec(cur, f"INSERT INTO ctx_eval_documents ({', '.join(_DOCUMENT_COLUMNS)}) "
+                        f"VALUES ({', '.join('?' * len(_DOCUMENT_COLUMNS))})", (*values, utc_now()))
+
+    def documents(self, index_version: str) -> dict[str, dict[str, Any]]:
+        """{document: its latest evaluation record} for one candidate version."""
+        rows = self._backend.query(f"SELECT {', '.join(_DOCUMENT_COLUMNS)} FROM ctx_eval_documents "
+                                   "WHERE index_version = ?", (index_version,))
+        records = {}
+        for row in rows:
+            record = dict(zip(_DOCUMENT_COLUMNS, row))
+            record.update({c: json.loads(record[c]) for c in _DOCUMENT_JSON})
+            record["passed"] = bool(record["passed"])
+            records[record["doc_id"]] = record
+        return records
 
 
 def _run_of(r: tuple) -> dict[str, Any]:

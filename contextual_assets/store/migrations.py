@@ -59,6 +59,17 @@ _INBOX_ENTRIES = [
         failed_attempts INTEGER NOT NULL DEFAULT 0, next_retry DOUBLE PRECISION, PRIMARY KEY (inbox, path))""",
 ]
 
+# Each document partition's evaluation of a candidate (`retrieval_eval`): the runs it read its task results from,
+# what it was evaluated against (`basis`: the candidate's and production's content revisions, the gold set, the
+# search), and its per-document verdict. One row per (candidate, document); a re-evaluation replaces it.
+_EVAL_DOCUMENTS = [
+    """CREATE TABLE IF NOT EXISTS ctx_eval_documents (
+        index_version TEXT NOT NULL, doc_id TEXT NOT NULL, run_id TEXT, baseline_run_id TEXT,
+        production_version TEXT, basis TEXT NOT NULL, task_ids TEXT NOT NULL, passed BOOLEAN NOT NULL,
+        reasons TEXT NOT NULL, metrics TEXT NOT NULL, evaluated_at TEXT NOT NULL,
+        PRIMARY KEY (index_version, doc_id))""",
+]
+
 MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
     "duckdb": [
         (1, _COMMON_V1 + [
@@ -70,6 +81,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
         (4, _RECIPE),
         (5, _LEXICAL),
         (6, _INBOX_ENTRIES),
+        (7, _EVAL_DOCUMENTS),
     ],
     "postgres": [
         (1, ["CREATE EXTENSION IF NOT EXISTS vector"] + _COMMON_V1 + [
@@ -85,6 +97,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
             "CREATE INDEX IF NOT EXISTS ctx_lexical_postings_doc ON ctx_lexical_postings (doc_id, index_version)",
         ]),
         (6, _INBOX_ENTRIES),
+        (7, _EVAL_DOCUMENTS),
     ],
 }
 

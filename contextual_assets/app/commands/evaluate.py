@@ -1,5 +1,6 @@
-"""`ctx eval`: run `evaluate_and_promote` (retrieval_eval, its checks, promoted_index) in this process,
-on the instance the UI reads, and report the gate's decision (exit 0 passed, 1 blocked)."""
+"""`ctx eval`: run `evaluate_and_promote` (every document partition of retrieval_eval, candidate_evaluation
+and its checks, promoted_index) in this process, on the instance the UI reads, and report the gate's
+decision (exit 0 passed and production is the candidate, 1 blocked)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import sys
 import dagster as dg
 
 from contextual_assets.app.cli import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from contextual_assets.app.evaluation_runs import BLOCKING_CHECKS, EvaluationOutcome, evaluate_and_promote, failure_flag
 from contextual_assets.app.ingest_runs import ensure_dagster_home, failure_cause, failure_message
 from contextual_assets.definitions import build_definitions
 from contextual_assets.errors import ConfigurationError, ContextualError, DependencyUnavailable
-from contextual_assets.names import EVALUATE_AND_PROMOTE_JOB, PROMOTED_INDEX, RETRIEVAL_EVAL
+from contextual_assets.names import CANDIDATE_EVALUATION
 from contextual_assets.platform import Platform
 from contextual_assets.settings import PlatformSettings, fields_from
 from eval_assets.gate_config import GateConfig
@@ -42,9 +44,10 @@ def run(args: argparse.Namespace) -> int:
     # The candidate's version needs the header fleet (its served weights): a down fleet exits 3 here.
     candidate = args.version or platform.current_index_version()
     before = store.aliases.get(alias)
-    result = _evaluate_and_promote(settings, gold_path, args.version)
-    report = evaluation_report(result, candidate, before, store.aliases.get(alias))
-    code = _evaluation_exit(result, report)
+    with dg.DagsterInstance.get() as instance:
+        outcome = evaluate_and_promote(build_definitions(settings), instance, gold_path, args.version)
+    report = evaluation_report(outcome, candidate, before, store.aliases.get(alias))
+    code = _evaluation_exit(outcome.result, report)
     if args.json:
         print(json.dumps(report, indent=2))
         return code
@@ -56,18 +59,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"gate blocked {report['candidate']}: {report['gate_reasons']}", file=sys.stderr)
     if report["comparison"]:
         print(report["comparison"])
-    print(f"production -> {report['production_after'] or 'none'}")
+    already = " (already production: another evaluation promoted it)" if report["promotion"] == "already production" \
+        else ""
+    print(f"production -> {report['production_after'] or 'none'}{already}")
     return code
-
-
-def _evaluate_and_promote(settings: PlatformSettings, gold_path: str, version: str) -> dg.ExecuteInProcessResult:
-    defs = build_definitions(settings)
-    config = {"gold_path": gold_path, "index_version": version}
-    with dg.DagsterInstance.get() as instance:
-        return defs.resolve_job_def(EVALUATE_AND_PROMOTE_JOB).execute_in_process(
-            instance=instance, raise_on_error=False, run_config={
-                "ops": {RETRIEVAL_EVAL: {"config": config}},
-                "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}})
 
 
 def _plain(value):
@@ -84,29 +79,39 @@ def _plain(value):
     return str(value)
 
 
-def evaluation_report(result, candidate: str, before: str | None, after: str | None) -> dict:
+def evaluation_report(outcome: EvaluationOutcome, candidate: str, before: str | None, after: str | None) -> dict:
     """What `ctx eval --json` prints: the candidate, production before and after, whether the gate
-    passed and the candidate was promoted, every check, and the evaluation's metrics."""
+    passed and the candidate was promoted (or already was production), every check, the documents that
+    regressed, and the evaluation's metrics."""
+    result = outcome.result
     checks = [{"name": c.check_name, "passed": c.passed, "severity": c.severity.value,
-               "metadata": {k: _plain(v) for k, v in c.metadata.items()}} for c in result.get_asset_check_evaluations()]
+               "metadata": {k: _plain(v) for k, v in c.metadata.items()}}
+              for c in outcome.checks.values()]
     evaluation = next((e.materialization.metadata for e in result.get_asset_materialization_events()
-                       if e.materialization.asset_key.to_user_string() == RETRIEVAL_EVAL), None)
-    gate = next((c for c in checks if c["name"] == "eval_gate"), None)
+                       if e.materialization.asset_key.to_user_string() == CANDIDATE_EVALUATION), None)
+    blocking = [c for c in checks if c["name"] in BLOCKING_CHECKS]
     metadata = {k: _plain(v) for k, v in (evaluation or {}).items()}
+    gate_passed = bool(blocking) and all(c["passed"] for c in blocking)
+    reasons = [metadata.get("gate_reasons")] if metadata.get("gate_reasons") not in (None, "none") else []
+    reasons += [c["metadata"].get("reasons") for c in blocking if c["name"] != "eval_gate" and not c["passed"]]
+    promotion = outcome.promotion
     return {
         "candidate": metadata.get("candidate_version") or candidate,
         "production_before": before,
         "production_after": after,
         "evaluated": evaluation is not None,
-        "gate_passed": bool(gate and gate["passed"]),
-        "promoted": bool(result.asset_materializations_for_node(PROMOTED_INDEX)),
-        "gate_reasons": metadata.get("gate_reasons"),
+        "gate_passed": gate_passed,
+        "promoted": promotion is not None,
+        "promotion": promotion.get("action") if promotion else None,
+        "attempts": outcome.attempts,
+        "gate_reasons": "; ".join(r for r in reasons if r) or ("none" if evaluation is not None else None),
+        "documents_regressed": metadata.get("documents_regressed"),
         "checks": checks,
         # The numbers the gate compared (per mode and metric, coverage, gold health), the table as text.
         "metrics": {k: v for k, v in metadata.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
         "comparison": metadata.get("comparison"),
         # Why the evaluation or the promotion did not happen; a blocked gate says why in gate_reasons.
-        "error": None if result.success or (evaluation is not None and gate is not None and not gate["passed"])
+        "error": None if result.success or (evaluation is not None and blocking and not gate_passed)
         else failure_message(result),
     }
 
@@ -117,20 +122,10 @@ def _evaluation_exit(result, report: dict) -> int:
     if report["evaluated"]:
         return EXIT_OK if report["gate_passed"] and report["promoted"] else EXIT_FAILED
     cause = failure_cause(result)
-    if cause in _error_names(dependency=True) or _failure_says_unavailable(result):
+    if cause in _error_names(dependency=True) or failure_flag(result, "dependency_unavailable"):
         return EXIT_UNAVAILABLE
     # dg.Failure is the assets' one-line, user-facing refusal (no chunks, an embedder that cannot load).
     return EXIT_USAGE if cause == "Failure" or cause in _error_names(dependency=False) else EXIT_FAILED
-
-
-def _failure_says_unavailable(result) -> bool:
-    """A step's one-line failure that wraps an outage (`contextual_assets.defs.evaluation.assets.refusal`)."""
-    for event in result.get_step_failure_events():
-        data = event.step_failure_data.user_failure_data if event.step_failure_data else None
-        flag = data.metadata.get("dependency_unavailable") if data else None
-        if flag is not None and bool(getattr(flag, "value", flag)):
-            return True
-    return False
 
 
 def _error_names(dependency: bool) -> set[str]:

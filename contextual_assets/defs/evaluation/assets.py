@@ -1,10 +1,10 @@
-"""Evaluation assets: `retrieval_eval` (candidate vs production, side by side), the blocking
-`eval_gate` check, `gold_hygiene` and `header_diagnostics` checks, and `promoted_index`."""
+"""The promotion step: `candidate_evaluation` (every document partition of the candidate's
+`retrieval_eval`, decided as a whole) with its blocking `eval_gate` and `header_integrity` checks and the
+`gold_hygiene` and `header_diagnostics` warnings; `promoted_index`, which moves the production alias only
+after the gate passed, and the `production_freshness` check."""
 
 # No `from __future__ import annotations` here: Dagster (1.13) cannot resolve a string annotation
 # on an asset's `config` parameter to its Config class.
-import os
-
 import dagster as dg
 
 from contextual_assets.defs.resources import (
@@ -15,39 +15,30 @@ from contextual_assets.defs.resources import (
     ParsingResource,
     RerankerResource,
 )
-from contextual_assets.errors import ContextualError, DependencyUnavailable
-from contextual_assets.index_version import current_index_version
+from contextual_assets.errors import AliasMoved
 from contextual_assets.lifecycle.coverage import production_lag
-from contextual_assets.names import CHUNK_EMBEDDINGS, EVALUATION_GROUP, RETRIEVAL_EVAL
-from eval_assets.candidate import CandidateEvaluation, EvaluationRefused, evaluate_candidate
-from eval_assets.dashboard import comparison_table, metric_metadata, regressions_table
+from contextual_assets.names import CANDIDATE_EVALUATION, DOCUMENTS_PARTITIONS, EVALUATION_GROUP, RETRIEVAL_EVAL
+from eval_assets.candidate import CandidateEvaluation, EvaluationRefused, EvaluationStale, decide_candidate
+from eval_assets.dashboard import comparison_table, documents_table, metric_metadata, regressions_table
 from eval_assets.diagnostics import header_diagnostics
-from eval_assets.evaluate import section_diagnostics
-from eval_assets.gold.gold_set import GoldSet, load_gold
+from eval_assets.gold.gold_set import GoldSet
+from eval_assets.header_integrity import SAMPLE as HEADER_SAMPLE
+from eval_assets.header_integrity import header_integrity
 
-
-class RetrievalEvalConfig(dg.Config):
-    gold_path: str = ""  # empty: the gate resource's gold_path (CTX_GOLD_FILE)
-    index_version: str = ""  # the candidate; empty: the version the current settings build
-
-
-def refusal(description: str, exc: ContextualError) -> dg.Failure:
-    """A one-line failure (no traceback) that says whether a dependency was down (store, fleet, embedding or
-    rerank endpoint): `ctx eval` exits 3 for those, 2 for what a setting or the input must change."""
-    return dg.Failure(description=description, metadata={
-        "cause": type(exc).__name__, "dependency_unavailable": isinstance(exc, DependencyUnavailable)})
+from .retrieval_eval import EvaluationConfig, prepare, refusal
 
 
 @dg.asset(
-    deps=[CHUNK_EMBEDDINGS],
+    deps=[RETRIEVAL_EVAL],
     group_name=EVALUATION_GROUP,
     kinds={"python"},
-    description="The gold set against the candidate index version and the promoted one, side by side, each "
-                "searched with its own embedder; the candidate's coverage of the live documents.",
+    description="Every document partition of the candidate's retrieval_eval, decided as a whole: the gate's rules "
+                "on the union of their tasks plus each document's verdict, side by side with production; refused "
+                "while a partition is missing or was evaluated against another state.",
 )
-def retrieval_eval(
+def candidate_evaluation(
     context: dg.AssetExecutionContext,
-    config: RetrievalEvalConfig,
+    config: EvaluationConfig,
     store: ChunkStoreResource,
     embedder: EmbedderResource,
     headers: HeaderSourceResource,
@@ -55,55 +46,46 @@ def retrieval_eval(
     gate: EvalGateResource,
     reranker: RerankerResource,
 ) -> dg.MaterializeResult:
-    gold_path = config.gold_path or gate.gold_path or os.environ.get("CTX_GOLD_FILE", "")
-    if not gold_path:
-        raise dg.Failure(description="no gold file: set CTX_GOLD_FILE or the gold_path run config")
-    gold = load_gold(gold_path)
-    try:
-        candidate = config.index_version or current_index_version(headers, embedder, parsing)
-        exceptions, policy = gate.exceptions(), gate.policy()  # a bad exceptions file or floor: refused here
-        search = {"weights": gate.weights(), "reranker": reranker.get() if gate.rerank else None,
-                  "rerank_candidates": reranker.candidates}
-        if gate.rerank and search["reranker"] is None:
-            raise ContextualError("CTX_GATE_RERANK is on but no reranker is configured: set CTX_RERANK_BASE_URL and "
-                                  "CTX_RERANK_MODEL, or CTX_RERANK_MODEL_DIR")
-    except ContextualError as exc:
-        raise refusal(str(exc), exc) from None
+    run = prepare(config, gate, headers, embedder, parsing, reranker)
     chunk_store = store.open()
-    if chunk_store.corpus.count_chunks(candidate) == 0:
-        raise dg.Failure(description=f"index version {candidate} holds no chunks; ingest documents first")
+    if chunk_store.corpus.count_chunks(run.candidate) == 0:
+        raise dg.Failure(description=f"index version {run.candidate} holds no chunks; ingest documents first")
+    partitions = context.instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS)
     try:
-        evaluation = evaluate_candidate(chunk_store, embedder, gold, candidate, gate, policy, exceptions, search)
+        evaluation = decide_candidate(chunk_store, embedder, run.gold, run.candidate, partitions, gate, run.policy,
+                                      run.exceptions, run.search)
+    except EvaluationStale as exc:
+        raise refusal(str(exc), exc, stale_evaluation=True) from None
     except EvaluationRefused as exc:
         raise refusal(str(exc), exc.cause) from None
-    metadata = evaluation_metadata(evaluation, gold, policy.mode)
-    context.log.info(f"gate {'passed' if evaluation.decision.passed else 'FAILED'} for {candidate}: "
+    metadata = evaluation_metadata(evaluation, run.gold, run.policy.mode)
+    context.log.info(f"gate {'passed' if evaluation.decision.passed else 'FAILED'} for {run.candidate}: "
                      f"{metadata['gate_reasons']}")
     return dg.MaterializeResult(metadata=metadata)
 
 
 def evaluation_metadata(evaluation: CandidateEvaluation, gold: GoldSet, mode: str) -> dict:
-    """The materialization's metadata: the side-by-side table, the worst regressions, coverage, gold
-    health, and one numeric entry per mode and metric (the UI plots them over time)."""
+    """The materialization's metadata: the side-by-side table, the worst regressions, the documents that
+    regressed, coverage, gold health, and one numeric entry per mode and metric (the UI plots them)."""
     report, baseline, decision, coverage = evaluation.report, evaluation.baseline, evaluation.decision, \
         evaluation.coverage
-    confusion, spread = section_diagnostics(report, gold)
+    regressed = sorted(d for d, r in evaluation.documents.items() if not r["passed"])
     return {
-        "within_section_confusion": round(confusion, 4),
-        "score_spread": round(spread, 6) if spread is not None else 0.0,
         "candidate_version": evaluation.candidate,
         "production_version": evaluation.production_version or "none",
         "run_id": report.run_id,
         "evaluator_id": report.evaluator_id,
         "evaluator": dg.MetadataValue.json(report.evaluator),
-        "production_evaluator_id": baseline.evaluator_id if baseline else "none",
         "gold_set": gold.name,
         "gold_sha256": gold.sha256[:16],
         "n_tasks": len(gold.tasks),
-        "n_living": report.metrics[mode].n_queries,
+        "n_living": report.metrics[mode].n_queries if mode in report.metrics else 0,
         "n_stale": len(report.stale),
         "n_broken": len(report.broken),
         "unhealthy_share": round(report.unhealthy_share, 4),
+        "documents": len(evaluation.documents),
+        "documents_regressed": len(regressed),
+        "regressed_documents": dg.MetadataValue.md(documents_table(evaluation.documents, regressed)),
         "coverage": dg.MetadataValue.json(coverage.metadata()),
         "coverage_share": round(coverage.share, 4),
         "gate_passed": decision.passed,
@@ -117,7 +99,7 @@ def evaluation_metadata(evaluation: CandidateEvaluation, gold: GoldSet, mode: st
 def _latest_eval(context, store: ChunkStoreResource) -> tuple[dict, dict]:
     """The evaluation this run materialized (a concurrent run's must never be read as ours); a check
     executed on its own reads the latest one and says so."""
-    key, latest, record, cursor = dg.AssetKey(RETRIEVAL_EVAL), None, None, None
+    key, latest, record, cursor = dg.AssetKey(CANDIDATE_EVALUATION), None, None, None
     for _ in range(20):  # newest first, 100 per page: this run's own record is near the top
         page = context.instance.fetch_materializations(key, limit=100, cursor=cursor)
         latest = latest or (page.records[0] if page.records else None)
@@ -127,7 +109,7 @@ def _latest_eval(context, store: ChunkStoreResource) -> tuple[dict, dict]:
         cursor = page.cursor
     record = record or latest
     if record is None:
-        raise dg.Failure(description="retrieval_eval has not been materialized")
+        raise dg.Failure(description="candidate_evaluation has not been materialized")
     metadata = record.asset_materialization.metadata
     run = store.open().eval_runs.get(metadata["run_id"].value)
     if run is None:
@@ -137,7 +119,7 @@ def _latest_eval(context, store: ChunkStoreResource) -> tuple[dict, dict]:
     return run, values
 
 
-@dg.asset_check(asset=retrieval_eval, blocking=True,
+@dg.asset_check(asset=candidate_evaluation, blocking=True,
                 description="Floors, coverage, stale+broken ceiling, and no regression against production "
                             "(tolerance and significance).")
 def eval_gate(context: dg.AssetCheckExecutionContext, store: ChunkStoreResource) -> dg.AssetCheckResult:
@@ -165,7 +147,7 @@ def eval_gate(context: dg.AssetCheckExecutionContext, store: ChunkStoreResource)
     return dg.AssetCheckResult(passed=gate["passed"], severity=dg.AssetCheckSeverity.ERROR, metadata=metadata)
 
 
-@dg.asset_check(asset=retrieval_eval, description="Stale and broken gold tasks, listed by id.")
+@dg.asset_check(asset=candidate_evaluation, description="Stale and broken gold tasks, listed by id.")
 def gold_hygiene(context: dg.AssetCheckExecutionContext, store: ChunkStoreResource,
                  gate: EvalGateResource) -> dg.AssetCheckResult:
     run, _ = _latest_eval(context, store)
@@ -180,7 +162,7 @@ def gold_hygiene(context: dg.AssetCheckExecutionContext, store: ChunkStoreResour
     )
 
 
-@dg.asset_check(asset=retrieval_eval, name="header_diagnostics",
+@dg.asset_check(asset=candidate_evaluation, name="header_diagnostics",
                 description="Templated or dominating headers in the candidate version.")
 def header_diagnostics_check(context: dg.AssetCheckExecutionContext, store: ChunkStoreResource,
                              embedder: EmbedderResource) -> dg.AssetCheckResult:
@@ -200,8 +182,30 @@ def header_diagnostics_check(context: dg.AssetCheckExecutionContext, store: Chun
     )
 
 
+@dg.asset_check(asset=candidate_evaluation, name="header_integrity", blocking=True,
+                description="Headers that contradict their chunks: instructions, another language, another "
+                            "document's title, no better fit to their chunk than to another document's, one "
+                            "template. Blocks promotion.")
+def header_integrity_check(context: dg.AssetCheckExecutionContext, store: ChunkStoreResource,
+                           embedder: EmbedderResource) -> dg.AssetCheckResult:
+    run, _ = _latest_eval(context, store)
+    chunks = store.open().corpus.chunks(run["index_version"])
+    sample = [c for c in chunks[:: max(1, len(chunks) // HEADER_SAMPLE)] if c.header]
+    if not sample:
+        return dg.AssetCheckResult(passed=True, metadata={"headers": 0, "note": "this index version has no headers"})
+    titles = {c.source_doc: c.title for c in chunks}
+    signals = header_integrity([c.header for c in sample], [c.text for c in sample], [c.source_doc for c in sample],
+                               titles, embed=embedder.get().embed)
+    metadata = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in signals.items()
+                if v is not None and k not in ("reasons", "examples")}
+    metadata["reasons"] = "; ".join(signals["reasons"]) or "none"
+    metadata["examples"] = dg.MetadataValue.md("\n".join(f"- {e}" for e in signals["examples"]) or "none")
+    return dg.AssetCheckResult(passed=not signals["reasons"], severity=dg.AssetCheckSeverity.ERROR,
+                               description="; ".join(signals["reasons"]) or None, metadata=metadata)
+
+
 @dg.asset(
-    deps=[retrieval_eval],
+    deps=[candidate_evaluation],
     group_name=EVALUATION_GROUP,
     kinds={"python"},
     description="Points the production alias at the candidate version, only after the gate passed.",
@@ -212,23 +216,41 @@ def promoted_index(context: dg.AssetExecutionContext, store: ChunkStoreResource,
     candidate = run["index_version"]
     if metadata["evaluated_in_run"] != context.run.run_id:
         raise dg.Failure(description="promoted_index promotes only the evaluation of its own run: run "
-                                     "evaluate_and_promote (retrieval_eval + its checks + promoted_index) together")
+                                     "evaluate_and_promote (retrieval_eval, candidate_evaluation and its checks, "
+                                     "promoted_index) together")
     if not run["gate"] or not run["gate"]["passed"]:
         reasons = "; ".join(run["gate"]["reasons"]) if run["gate"] else "no gate decision"
         raise dg.Failure(description=f"gate failed for {candidate} ({reasons}); {gate.alias} is unchanged")
     chunk_store = store.open()
+    # Ingest wrote into the candidate after it was evaluated: what would be promoted was never judged.
+    if list(chunk_store.corpus.revision(candidate)) != run["gate"].get("candidate_revision"):
+        raise dg.Failure(description=f"{candidate} changed (ingest wrote to it) after it was evaluated; "
+                                     f"{gate.alias} is unchanged: evaluate it again",
+                         metadata={"stale_evaluation": True})
     compared = metadata["production_version"] if metadata["production_version"] != "none" else None
-    previous = chunk_store.aliases.set(gate.alias, candidate, reason=f"gate passed (eval run {run['run_id']})",
-                                       expected=compared)
+    previous, action = promote(chunk_store, gate.alias, candidate, compared, reason=f"gate passed (eval run {run['run_id']})")
     history = chunk_store.aliases.history(gate.alias)
     return dg.MaterializeResult(metadata={
-        "alias": gate.alias, "index_version": candidate, "previous_version": previous or "none",
+        "alias": gate.alias, "index_version": candidate, "previous_version": previous or "none", "action": action,
         "eval_run": run["run_id"], "history_length": len(history),
         "history": dg.MetadataValue.md("\n".join(
             ["| # | action | version | previous |", "|---|---|---|---|"]
             + [f"| {h['seq']} | {h['action']} | {h['index_version']} | {h['previous_version'] or '-'} |"
                for h in history[-10:]])),
     })
+
+
+def promote(chunk_store, alias: str, candidate: str, compared: str | None, reason: str) -> tuple[str | None, str]:
+    """(the version the alias held, what happened). A candidate another evaluation promoted meanwhile is
+    already production (no second move); any other move voids this comparison (`ctx eval` evaluates again)."""
+    if compared == candidate:
+        return candidate, "already production"
+    try:
+        return chunk_store.aliases.set(alias, candidate, reason=reason, expected=compared), "promoted"
+    except AliasMoved as exc:
+        if exc.current == candidate:
+            return candidate, "already production"
+        raise dg.Failure(description=str(exc), metadata={"base_moved": True}) from None
 
 
 @dg.asset_check(asset=promoted_index, description="Documents missing from or outdated in the promoted version "

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from contextual_assets.names import EVALUATE_AND_PROMOTE_JOB, PROMOTED_INDEX, RETRIEVAL_EVAL
+from contextual_assets.names import CANDIDATE_EVALUATION, EVALUATE_AND_PROMOTE_JOB, PROMOTED_INDEX, RETRIEVAL_EVAL
 
 from .assets import production_freshness
 
@@ -13,9 +13,10 @@ def evaluation_jobs() -> dg.Definitions:
     return dg.Definitions(jobs=[
         dg.define_asset_job(
             EVALUATE_AND_PROMOTE_JOB,
-            selection=dg.AssetSelection.assets(RETRIEVAL_EVAL, PROMOTED_INDEX),
-            description="Evaluate the candidate index version against production; promote it only if eval_gate "
-                        "passes.",
+            selection=dg.AssetSelection.assets(RETRIEVAL_EVAL, CANDIDATE_EVALUATION, PROMOTED_INDEX),
+            description="Evaluate the candidate index version against production, every document partition in "
+                        "one run (a backfill of all partitions, or `ctx eval`), decide as a whole, and promote "
+                        "it only if eval_gate and header_integrity pass.",
         ),
         dg.define_asset_job(
             "check_production_freshness",
