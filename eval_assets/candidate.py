@@ -22,7 +22,16 @@ from contextual_assets.lifecycle.coverage import VersionCoverage, coverage_of, l
 from contextual_assets.store import ChunkStore
 
 from .documents import TOP_K, TaskPlacement, document_verdicts, place_tasks
-from .evaluate import MODES, EvalReport, TaskResult, evaluate, evaluator_identity, report_of, save_report
+from .evaluate import (
+    MODES,
+    EvalReport,
+    TaskResult,
+    evaluate,
+    evaluator_identity,
+    report_of,
+    save_report,
+    section_diagnostics,
+)
 from .gate import ExceptionScope, GateDecision, GatePolicy, ReviewedException, applicable_exceptions, decide
 from .gate_config import GateConfig
 from .gold.gold_set import GoldSet
@@ -180,11 +189,14 @@ def evaluate_partitions(store: ChunkStore, embedders: Embedders, gold: GoldSet, 
                   "candidate": cand_rows[t]["first_rank"] if t in cand_rows else None,
                   "status": cand_rows[t]["status"] if t in cand_rows else "lost"} for t in ids]
         graded = [r for r in ranks if r["status"] == "living"]
+        confusion, spread = section_diagnostics(report, GoldSet(name=gold.name, sha256=gold.sha256, tasks=[
+            t for t in gold.tasks if t.id in set(ids)])) if ids else (None, None)
         metrics = {"tasks": len(ids), "documents": len(documents),
                    f"candidate_pass_at_{TOP_K}": _share(graded, "candidate"),
                    f"production_pass_at_{TOP_K}": _share(ranks, "production") if run.base else None,
                    "lost_top_k": sum(len(verdicts[d].lost) for d in documents if d in verdicts),
-                   "gained_top_k": sum(len(verdicts[d].gained) for d in documents if d in verdicts)}
+                   "gained_top_k": sum(len(verdicts[d].gained) for d in documents if d in verdicts),
+                   "within_section_confusion": confusion, "score_spread": spread}
         record = {"index_version": candidate, "doc_id": key, "run_id": report.run_id if ids else None,
                   "baseline_run_id": baseline.run_id if ids and baseline else None, "production_version": run.base,
                   "basis": basis, "task_ids": ids, "passed": not failed, "reasons": [v.reason for v in failed],

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 
 from contextual_assets.models import HeaderedChunk
 
+from .evaluate import DEPTH
 from .gold.gold_set import GoldSet, GoldTask, normalise
 from .gold.hygiene import IndexText
 
-TOP_K = 10  # a task "in the top k" is found within this rank
+TOP_K = DEPTH  # a task is "found" within the evaluation depth; beyond it, a miss
 MIN_DOCUMENT_LOSS = 2  # one task of one document leaving the top k is noise at this level; the aggregate judges it
 
 

@@ -148,6 +148,32 @@ def test_library_logs_never_reach_stdout(tmp_path, env):
     assert not LOG_LINE.search(search.stdout) and json.loads(search.stdout)
 
 
+def test_two_evaluations_of_one_candidate_both_pass_and_production_moves_once(tmp_path, env, samples_dir):
+    """Two `ctx eval` of the same candidate started together: whichever promotes first, the other ends
+    with exit 0 and "already production" (or evaluates once more after the move), never a failed gate."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    corpus = tmp_path / "docs"
+    copy_into([samples_dir / "employee_handbook.pdf", samples_dir / "rate_limiter.py"], corpus)
+    run_ctx(env, "ingest", str(corpus), check=True)
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text(json.dumps({"query": "hotel limit per night in London",
+                                "evidence": [{"text": "EUR 210 per night in London"}]}) + "\n")
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda _: run_ctx(env, "eval", "--gold", str(gold), "--json"), range(2)))
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    reports = [json.loads(r.stdout) for r in runs]
+    candidate = reports[0]["candidate"]
+    assert all(r["candidate"] == candidate == r["production_after"] and r["gate_passed"] for r in reports)
+    assert sorted(r["promotion"] for r in reports) == ["already production", "promoted"], reports
+    import duckdb
+
+    with duckdb.connect(str(tmp_path / ".ctx" / "index.duckdb"), read_only=True) as db:
+        history = db.execute("SELECT action, index_version FROM ctx_alias_history WHERE name = 'production'").fetchall()
+    assert history == [("promote", candidate)], "production moved once"
+
+
 def test_eval_promote_search_rollback(tmp_path, env, samples_dir):
     import json as _json
 

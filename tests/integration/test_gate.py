@@ -10,6 +10,7 @@ import dagster as dg
 import pytest
 
 from bench.corpora import derive_version, remove_evidence
+from contextual_assets.app.evaluation_runs import evaluate_and_promote as run_evaluation
 from contextual_assets.app.ingest_runs import (
     collect_sources,
     ingest_partitions,
@@ -60,16 +61,14 @@ def world(tmp_path_factory, samples_dir):
 def evaluate_and_promote(world, candidate: str, gold=None, **gate_overrides):
     settings = world["settings"].model_copy(update=gate_overrides) if gate_overrides else world["settings"]
     defs = build_definitions(settings) if gate_overrides else world["defs"]
-    job = defs.resolve_job_def("evaluate_and_promote")
-    result = job.execute_in_process(
-        instance=world["instance"], raise_on_error=False,
-        run_config={"ops": {"retrieval_eval": {"config": {"gold_path": str(gold or world["gold"]),
-                                                          "index_version": candidate}}}},
-    )
-    checks = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data
-              for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
-    promoted = [m for m in result.asset_materializations_for_node("promoted_index")]
-    return result, checks, promoted
+    outcome = run_evaluation(defs, world["instance"], str(gold or world["gold"]), candidate, log_level="ERROR")
+    promoted = [m for m in outcome.result.asset_materializations_for_node("promoted_index")]
+    return outcome.result, outcome.checks, promoted
+
+
+def document_checks(result) -> dict[str, dg.AssetCheckEvaluation]:
+    """{document partition: its document_gate check} of one run."""
+    return {c.partition: c for c in result.get_asset_check_evaluations() if c.check_name == "document_gate"}
 
 
 def test_gate_promotes_good_blocks_degraded_and_rolls_back(world, tmp_path):
@@ -132,7 +131,7 @@ def test_gate_promotes_good_blocks_degraded_and_rolls_back(world, tmp_path):
 
 def test_stale_tasks_are_reported_not_failed(world):
     result, checks, _ = evaluate_and_promote(world, world["good"])
-    event = world["instance"].get_latest_materialization_event(dg.AssetKey("retrieval_eval"))
+    event = world["instance"].get_latest_materialization_event(dg.AssetKey("candidate_evaluation"))
     metadata = event.asset_materialization.metadata
     assert metadata["n_stale"].value == 1 and metadata["n_living"].value == len(SPANS)
     assert checks["gold_hygiene"].metadata["stale_ids"].value == "stale-1"
@@ -185,7 +184,7 @@ def test_a_candidate_missing_a_production_document_is_blocked(world):
     assert not checks["eval_gate"].passed and promoted == [] and store.aliases.get("production") == world["good"]
     reasons = checks["eval_gate"].metadata["reasons"].value
     assert f"covers {live - 1} of {live} live documents; 1 missing ({dropped})" in reasons, reasons
-    event = world["instance"].get_latest_materialization_event(dg.AssetKey("retrieval_eval"))
+    event = world["instance"].get_latest_materialization_event(dg.AssetKey("candidate_evaluation"))
     assert event.asset_materialization.metadata["coverage"].value["missing_ids"] == [dropped]
 
 
@@ -210,13 +209,12 @@ def test_needle_set_is_ingested_and_graded(world, samples_dir, tmp_path):
     sources, _ = collect_sources(copies, inbox=world["root"] / "inbox", source_root=tmp_path / "needles")
     register_sources(store, instance, sources)
     assert all(o.success for o in ingest_partitions(defs, instance, sources, log_level="ERROR"))
-    job = defs.resolve_job_def("evaluate_and_promote")
-    result = job.execute_in_process(instance=instance, raise_on_error=False,
-                                    run_config={"ops": {"retrieval_eval": {"config": {"gold_path": str(gold)}}}})
-    (materialization,) = result.asset_materializations_for_node("retrieval_eval")
+    result = run_evaluation(defs, instance, str(gold), log_level="ERROR").result
+    (materialization,) = result.asset_materializations_for_node("candidate_evaluation")
     metadata = materialization.metadata
     assert metadata["n_living"].value == len(tasks) >= 10
-    assert 0.0 <= metadata["within_section_confusion"].value <= 1.0
+    for partition in result.asset_materializations_for_node("retrieval_eval"):
+        assert 0.0 <= partition.metadata["within_section_confusion"].value <= 1.0
     assert metadata["hybrid_pass_at_20"].value > 0.5, "planted facts are findable"
     strata = {t.stratum for t in tasks}
     assert strata == {"start", "middle", "end"}
@@ -239,3 +237,63 @@ def test_a_version_is_never_scored_with_another_embedder(world):
     assert not result.success and "eval_gate" not in checks and promoted == []
     message = failure_message(result)
     assert f"cannot evaluate the candidate {version}" in message and "st:retired-embedder" in message, message
+
+
+def test_a_regression_confined_to_one_document_fails_its_partition_and_blocks(world):
+    store = world["store"]
+    store.aliases.set("production", world["good"], "test setup")
+    gold = load_gold(world["gold"])
+    lost = [t for t in gold.tasks if t.evidence[0].doc_id == "incident_postmortem.pdf"]
+    assert len(lost) == 2
+    degraded = derive_version(store, world["embedder"], world["good"], remove_evidence(lost), name="one_document")
+    result, checks, promoted = evaluate_and_promote(world, degraded)
+    assert not checks["eval_gate"].passed and promoted == [] and store.aliases.get("production") == world["good"]
+    partitions = document_checks(result)
+    (regressed,) = [key for key, check in partitions.items() if not check.passed
+                    and check.severity == dg.AssetCheckSeverity.ERROR]
+    assert regressed.endswith("incident_postmortem.pdf")
+    assert f"document {regressed}: 2 of its 2 tasks left the top 20" in checks["eval_gate"].metadata["reasons"].value
+    # Every other document with gold tasks passed; those without say so (a warning, not a silent pass).
+    keyed = {e.materialization.partition: e.materialization.metadata
+             for e in result.get_asset_materialization_events()
+             if e.materialization.asset_key.to_user_string() == "retrieval_eval"}
+    assert set(keyed) == set(world["instance"].get_dynamic_partitions("documents"))
+    for key, check in partitions.items():
+        if key == regressed:
+            assert keyed[key]["verdict"].value == "regressed" and "ranks" in keyed[key]
+        elif keyed[key]["gold_tasks"].value == 0:
+            assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+            assert keyed[key]["verdict"].value == "no gold task"
+        else:
+            assert check.passed, (key, check.description)
+
+
+def test_the_gate_refuses_partitions_missing_or_evaluated_against_another_state(world):
+    """candidate_evaluation on its own decides nothing for a candidate whose partitions were never
+    evaluated, or were evaluated before the candidate changed."""
+    from contextual_assets.app.ingest_runs import failure_message
+
+    store = world["store"]
+    store.aliases.set("production", world["good"], "test setup")
+    fresh = derive_version(store, world["embedder"], world["good"], "unchanged", name="never_evaluated")
+    config = {"config": {"gold_path": str(world["gold"]), "index_version": fresh}}
+    alone = world["defs"].resolve_implicit_global_asset_job_def().execute_in_process(
+        instance=world["instance"], raise_on_error=False, asset_selection=[dg.AssetKey("candidate_evaluation")],
+        run_config={"ops": {"candidate_evaluation": config}})
+    assert not alone.success
+    assert "not evaluated for " + fresh in failure_message(alone), failure_message(alone)
+
+    result, checks, promoted = evaluate_and_promote(world, fresh)
+    assert checks["eval_gate"].passed and promoted
+    # The candidate changes after its evaluation (a document re-ingested): its evaluation is stale.
+    (document, *_) = store.corpus.documents(fresh)
+    chunks = store.corpus.chunks(fresh, document.doc_id)
+    from contextual_assets.models import EmbeddedChunk
+
+    vectors = world["embedder"].embed([f"{c.header}\n\n{c.text}" for c in chunks])
+    store.corpus.replace_document(document.model_copy(update={"updated_at": "2999-01-01T00:00:00"}),
+                                  [EmbeddedChunk(**c.model_dump(), embedding=v) for c, v in zip(chunks, vectors)])
+    again = world["defs"].resolve_implicit_global_asset_job_def().execute_in_process(
+        instance=world["instance"], raise_on_error=False, asset_selection=[dg.AssetKey("candidate_evaluation")],
+        run_config={"ops": {"candidate_evaluation": config}})
+    assert not again.success and "evaluated against another state" in failure_message(again)

@@ -89,9 +89,10 @@ def partition_metadata(evaluation: PartitionEvaluation) -> dict:
                 "no gold task" if not metrics["tasks"] else "ok",
                 "reasons": "; ".join(record["reasons"]) or "none",
                 f"lost_top_{TOP_K}": metrics["lost_top_k"], f"gained_top_{TOP_K}": metrics["gained_top_k"]}
-    for role in ("candidate", "production"):
-        if metrics.get(f"{role}_pass_at_{TOP_K}") is not None:
-            metadata[f"{role}_pass_at_{TOP_K}"] = metrics[f"{role}_pass_at_{TOP_K}"]
+    for name in (f"candidate_pass_at_{TOP_K}", f"production_pass_at_{TOP_K}", "within_section_confusion",
+                 "score_spread"):
+        if metrics.get(name) is not None:
+            metadata[name] = round(metrics[name], 6)
     if metrics["tasks"]:
         metadata["ranks"] = dg.MetadataValue.md(ranks_table(evaluation))
     return metadata
