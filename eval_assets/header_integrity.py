@@ -8,7 +8,9 @@ set happens not to notice. Four signals, each a share of a sample of the candida
 - `header_fit`: the share of headers closer (embedding cosine) to their own chunk than to a chunk of
   another document, paired by a fixed derangement; a header that fits no better than a random chunk
   scores 0.5. Headers written for their chunk score near 1.
-- `templated_rate` (from `header_diagnostics`): one template for every chunk.
+- `same_header_share`: the share of headers equal to the most common one (digits aside): one template
+  for every chunk. (`templated_rate` from `header_diagnostics` is reported beside it; structural headers
+  score high on it by design, so it does not block.)
 
 Thresholds are calibrated on good versions (structural headers on the bundled corpora and the codebase
 dataset, and a real llama.cpp model's headers in the tests): see README "Evaluation gate". Pure functions."""
@@ -27,8 +29,8 @@ from .diagnostics import header_diagnostics
 MAX_INJECTED_SHARE = 0.01
 MAX_OTHER_LANGUAGE_SHARE = 0.2
 MAX_FOREIGN_TITLE_SHARE = 0.2
-MIN_HEADER_FIT = 0.65
-MAX_TEMPLATED_RATE = 0.9
+MIN_HEADER_FIT = 0.6
+MAX_SAME_HEADER_SHARE = 0.5
 SAMPLE = 300  # headers judged per version: the signals are shares, a sample bounds the embedding cost
 
 _INJECTION = re.compile(
@@ -49,16 +51,21 @@ for _language, _words in _STOPWORDS.items():
     for _word in _words:
         _LANGUAGE_OF.setdefault(_word, set()).add(_language)
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+_DIGITS = re.compile(r"\d+")
 
 
-def language(text: str, min_hits: int = 2) -> str | None:
-    """The language whose stopwords the text uses most (None when fewer than `min_hits` are found, or a tie)."""
+def language(text: str, min_hits: int = 2, min_share: float = 0.1) -> str | None:
+    """The language whose stopwords the text uses most; None without a clear one: fewer than `min_hits`
+    stopwords, under `min_share` of its words (code, tables), or a runner-up within 2/3 of the winner."""
+    words = _WORD.findall(text.lower())
     counts: Counter[str] = Counter()
-    for word in _WORD.findall(text.lower()):
+    for word in words:
         for lang in _LANGUAGE_OF.get(word, ()):
             counts[lang] += 1
     ranked = counts.most_common(2)
-    if not ranked or ranked[0][1] < min_hits or (len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
+    if not ranked or ranked[0][1] < max(min_hits, min_share * len(words)):
+        return None
+    if len(ranked) > 1 and 3 * ranked[1][1] > 2 * ranked[0][1]:
         return None
     return ranked[0][0]
 
@@ -93,7 +100,8 @@ def header_integrity(headers: Sequence[str], texts: Sequence[str], documents: Se
     past its threshold: the version must not be promoted) and `examples` (a few offending headers)."""
     present = [i for i, h in enumerate(headers) if h.strip()]
     result: dict = {"headers": len(present), "injected_share": 0.0, "other_language_share": 0.0,
-                    "foreign_title_share": 0.0, "header_fit": None, "templated_rate": 0.0, "reasons": [],
+                    "foreign_title_share": 0.0, "header_fit": None, "same_header_share": 0.0, "templated_rate": 0.0,
+                    "reasons": [],
                     "examples": []}
     if not present:
         return result
@@ -113,7 +121,8 @@ def header_integrity(headers: Sequence[str], texts: Sequence[str], documents: Se
                      and any(_names(t, headers[i]) for d, t in own_titles.items()
                              if d != documents[i] and t.strip().lower() != own_titles.get(documents[i], "").strip().lower())]
 
-    result.update(injected_share=len(injected) / n, other_language_share=len(other_language) / n,
+    shapes = Counter(_DIGITS.sub("0", " ".join(headers[i].lower().split())) for i in present)
+    result.update(same_header_share=shapes.most_common(1)[0][1] / n, injected_share=len(injected) / n, other_language_share=len(other_language) / n,
                   foreign_title_share=len(foreign_title) / n,
                   templated_rate=header_diagnostics([headers[i] for i in present], [texts[i] for i in present])[
                       "templated_rate"])
@@ -140,8 +149,9 @@ def header_integrity(headers: Sequence[str], texts: Sequence[str], documents: Se
     if result["header_fit"] is not None and result["header_fit"] < MIN_HEADER_FIT:
         reasons.append(f"headers fit their own chunk better than another document's chunk only "
                        f"{result['header_fit']:.0%} of the time (at least {MIN_HEADER_FIT:.0%}; chance is 50%)")
-    if result["templated_rate"] > MAX_TEMPLATED_RATE:
-        reasons.append(f"{result['templated_rate']:.0%} of headers are one template (at most {MAX_TEMPLATED_RATE:.0%})")
+    if result["same_header_share"] > MAX_SAME_HEADER_SHARE:
+        reasons.append(f"{result['same_header_share']:.0%} of headers are one and the same (at most "
+                       f"{MAX_SAME_HEADER_SHARE:.0%})")
         examples += [headers[present[0]][:160]]
     result["reasons"], result["examples"] = reasons, examples[:6]
     return result
