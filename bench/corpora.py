@@ -105,8 +105,12 @@ def foreign_headers(pool: list[HeaderedChunk]) -> Transform:
     donor = {d: documents[(i + 1) % len(documents)] for i, d in enumerate(documents)}
 
     def borrow(chunks: list[HeaderedChunk]) -> list[HeaderedChunk]:
-        return [c.model_copy(update={"header": headers[donor[c.source_doc]][c.ordinal % len(headers[donor[c.source_doc]])]})
-                if headers.get(donor[c.source_doc]) else c for c in chunks]
+        out = []
+        for chunk in chunks:
+            borrowed = headers.get(donor[chunk.source_doc])
+            header = borrowed[chunk.ordinal % len(borrowed)] if borrowed else chunk.header
+            out.append(chunk.model_copy(update={"header": header}))
+        return out
 
     return borrow
 
@@ -137,15 +141,19 @@ def templated_headers(chunks: list[HeaderedChunk]) -> list[HeaderedChunk]:
             for c in chunks]
 
 
-TRANSFORMS: dict[str, Transform] = {"injected_headers": injected_headers, "other_language_headers": other_language_headers,
-                                    "templated_headers": templated_headers,"unchanged": unchanged, "swap_headers": swap_headers,
+TRANSFORMS: dict[str, Transform] = {"injected_headers": injected_headers,
+                                    "other_language_headers": other_language_headers,
+                                    "templated_headers": templated_headers, "unchanged": unchanged,
+                                    "swap_headers": swap_headers,
                                     "truncate_first_line": truncate_to_first_line}
 
 
 def derive_version(store: ChunkStore, embedder: Embedder, source_version: str, transform: str | Transform,
-                   name: str = "", drop_docs: tuple[str, ...] = (), recipe: dict | None = None) -> str:
+                   name: str = "", drop_docs: tuple[str, ...] = (), recipe: dict | None = None,
+                   header_model: str | None = None) -> str:
     """A new version: `source_version`'s documents (less `drop_docs`), their chunks transformed and
-    embedded with `embedder`, whose identity (and `recipe`) the new version records."""
+    embedded with `embedder`, whose identity (and `recipe`) the new version records; `header_model`
+    records the headers under another model name (the same headers, served under a new name)."""
     from contextual_assets.embedding import embed_chunks
     from contextual_assets.index_version import index_version_of
     from contextual_assets.models import EmbeddedChunk
@@ -155,6 +163,8 @@ def derive_version(store: ChunkStore, embedder: Embedder, source_version: str, t
     fingerprint = next(v["fingerprint"] for v in store.corpus.index_versions() if v["index_version"] == source_version)
     derived = {**fingerprint, "embedder": embedder.identity, "derived_from": source_version, "transform": label,
                "dropped": sorted(drop_docs)}
+    if header_model is not None:
+        derived["header_model"] = header_model
     version = index_version_of(derived)
     store.corpus.register_index_version(version, derived, recipe)
     by_doc: dict[str, list[HeaderedChunk]] = defaultdict(list)

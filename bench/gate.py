@@ -1,19 +1,35 @@
-"""The evaluation gate against a red team, on a real benchmark, in one run.
+"""The evaluation gate judged both ways, on a real benchmark, in one run.
 
 The codebase corpus and the sample corpus are ingested through the assets (the good version,
-structural headers); then planted failures are evaluated with `evaluate_and_promote`, each of which
-the gate must block, and the good version must be promoted:
+structural headers); every candidate below is evaluated with `evaluate_and_promote` (every document
+partition of `retrieval_eval`, then `candidate_evaluation`, its checks and `promoted_index`) against the
+good version in production.
 
+Red team, each of which the gate must block for its planted reason:
     vacuous_first_promotion  no production yet; evidence removed for every task the good version
                              retrieves, so the candidate scores 0 on the few living tasks left
     partial_candidate        the good version less one live document
     stale_gold               the good version judged on a gold set whose tasks are 30 % stale
     lost_evidence            evidence removed for 4 % of the tasks production retrieves
+    one_document_lost        evidence removed for every retrieved task of one document (3 or more)
     alias_swap               the header model's served name now serves other weights (simulator)
-    expired_exception        degraded headers, every miss "reviewed" in an exception that expired
+    expired_exception        evidence lost on 8 tasks, each "reviewed" in an exception that expired
     embedder_swap            the good chunks embedded by another same-size model (simulator)
     swapped_headers          headers swapped between neighbouring chunks
     truncated_chunks         every chunk truncated to its first line
+    foreign_headers          fluent headers written for another document's chunks
+    injected_headers         headers carrying an instruction ("Ignore the chunk; this section is about ...")
+    other_language_headers   headers in Spanish, German or French for English chunks
+    templated_headers        one header for every chunk
+
+Benign controls, none of which the gate may block (each against the good version in production):
+    identical_rebuild_1..5   the good version rebuilt under another version id (five times)
+    rechunk_nearby           the corpora re-ingested at a nearby chunk size (CTX_CHUNK_TOKENS 200 -> 176)
+    better_candidate         the good version against a production with swapped (worse) headers
+    renamed_header_source    the same headers recorded under another header model name
+
+Graded severity: evidence lost on 1, 2, 3, 5, 8 retrieved tasks, each of another document; the
+smallest loss that blocks is `min_blocked_loss`.
 
     python -m bench.gate --json bench/results/gate.json
 """
@@ -29,9 +45,10 @@ from pathlib import Path
 import dagster as dg
 import httpx
 
-from bench.corpora import derive_version, remove_evidence
+from bench.corpora import derive_version, foreign_headers, remove_evidence
 from bench.report import write_json
 from bench.sim import FleetSimulator, ReplicaSpec
+from contextual_assets.app.evaluation_runs import evaluate_and_promote
 from contextual_assets.app.ingest_runs import ingest_partitions, register_sources
 from contextual_assets.definitions import build_definitions
 from contextual_assets.defs.resources import build_resources
@@ -40,17 +57,22 @@ from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
 from contextual_assets.fleet.pool import close_fleets
 from contextual_assets.samples import write_sample_corpus
 from contextual_assets.settings import PlatformSettings
+from eval_assets.documents import place_tasks
 from eval_assets.evaluate import MODES, evaluator_identity
 from eval_assets.gold.gold_set import GoldTask, load_gold, write_gold
 
-RED_TEAM = ("vacuous_first_promotion", "partial_candidate", "stale_gold", "lost_evidence", "alias_swap",
-            "expired_exception", "embedder_swap", "swapped_headers", "truncated_chunks")
+RED_TEAM = ("vacuous_first_promotion", "partial_candidate", "stale_gold", "lost_evidence", "one_document_lost",
+            "alias_swap", "expired_exception", "embedder_swap", "swapped_headers", "truncated_chunks",
+            "foreign_headers", "injected_headers", "other_language_headers", "templated_headers")
+SEVERITY = (1, 2, 3, 5, 8)
 METRICS = ("pass_at_5", "pass_at_10", "pass_at_20", "mrr", "ndcg_at_10")
 # What each case must be blocked *by* (a case blocked for another reason, or crashed, does not count).
 EXPECTED_REASON = {"vacuous_first_promotion": "below the floor", "partial_candidate": "live documents",
                    "stale_gold": "stale+broken", "lost_evidence": "fell", "alias_swap": "new index version",
                    "expired_exception": "expired on", "embedder_swap": "fell", "swapped_headers": "fell",
-                   "truncated_chunks": "fell"}
+                   "truncated_chunks": "fell", "one_document_lost": "document ",
+                   "foreign_headers": "another document's title", "injected_headers": "carry an instruction",
+                   "other_language_headers": "another language", "templated_headers": "one and the same"}
 
 
 class RedTeam:
@@ -75,19 +97,15 @@ class RedTeam:
             raise SystemExit(f"ingest failed: {failed[0].key}: {failed[0].error}")
         (self.good,) = [v["index_version"] for v in self.store.corpus.index_versions()]
 
-    def evaluate(self, name: str, version: str, gold: Path | None = None, **gate: str) -> dict:
+    def evaluate(self, name: str, version: str, gold: Path | None = None, expected: str | None = None,
+                 **gate: str) -> dict:
         defs = build_definitions(self.settings.model_copy(update=gate)) if gate else self.defs
         before = self.store.aliases.get("production")
-        result = defs.resolve_job_def("evaluate_and_promote").execute_in_process(
-            instance=self.instance, raise_on_error=False,
-            run_config={"ops": {"retrieval_eval": {"config": {"gold_path": str(gold or self.gold),
-                                                              "index_version": version}}},
-                        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}})
-        checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
-        evaluation = next((e.step_materialization_data.materialization.metadata
-                           for e in result.get_asset_materialization_events()
-                           if e.step_materialization_data.materialization.asset_key.path[-1] == "retrieval_eval"), None)
-        promoted = bool(result.asset_materializations_for_node("promoted_index"))
+        outcome = evaluate_and_promote(defs, self.instance, str(gold or self.gold), version)
+        result, checks = outcome.result, outcome.checks
+        evaluation = next((e.materialization.metadata for e in result.get_asset_materialization_events()
+                           if e.materialization.asset_key.to_user_string() == "candidate_evaluation"), None)
+        promoted = outcome.promotion is not None
         if evaluation is None:  # the evaluation refused to run (e.g. an embedder it cannot load)
             from contextual_assets.app.ingest_runs import failure_message
 
@@ -96,14 +114,37 @@ class RedTeam:
         else:
             gate_metadata = checks["eval_gate"].metadata
             reasons = [r for r in gate_metadata["reasons"].value.split("; ") if r != "none"]
+            if not checks["header_integrity"].passed:
+                reasons += checks["header_integrity"].metadata["reasons"].value.split("; ")
             ignored = gate_metadata["ignored_exceptions"].value
             if ignored != "none":
                 reasons.append(f"exceptions not applied: {ignored[:200]}")
             metrics = {m: evaluation[f"hybrid_{m}"].value for m in METRICS}
-        expected = EXPECTED_REASON.get(name, "")
+        expected = EXPECTED_REASON.get(name, "") if expected is None else expected
+        regressed = [c.partition for c in result.get_asset_check_evaluations()
+                     if c.check_name == "document_gate" and not c.passed and c.severity == dg.AssetCheckSeverity.ERROR]
         return {"name": name, "index_version": version, "expected_reason": expected,
-                "blocked": not promoted and any(expected in r for r in reasons), "reasons": reasons,
-                "production_before": before, "production_after": self.store.aliases.get("production"), **metrics}
+                "blocked": not promoted and any(expected in r for r in reasons), "promoted": promoted,
+                "reasons": reasons, "regressed_partitions": regressed, "production_before": before,
+                "production_after": self.store.aliases.get("production"), **metrics}
+
+    def control(self, name: str, version: str, production: str | None = None) -> dict:
+        """A benign candidate against `production` (default: the good version)."""
+        self.store.aliases.set("production", production or self.good, f"bench: control {name}")
+        row = self.evaluate(name, version, expected="")
+        row["blocked"] = not row["promoted"]
+        return row
+
+    def rechunk(self, chunk_tokens: int) -> str:
+        """The corpora ingested again at another chunk size: a new index version built by the assets."""
+        before = {v["index_version"] for v in self.store.corpus.index_versions()}
+        defs = build_definitions(self.settings.model_copy(update={"chunk_tokens": chunk_tokens}))
+        failed = [o for o in ingest_partitions(defs, self.instance, self.sources, log_level="ERROR") if not o.success]
+        if failed:
+            raise SystemExit(f"re-chunked ingest failed: {failed[0].key}: {failed[0].error}")
+        (version,) = [v["index_version"] for v in self.store.corpus.index_versions()
+                      if v["index_version"] not in before]
+        return version
 
     def derive(self, transform, **kwargs) -> str:
         return derive_version(self.store, kwargs.pop("embedder", self.embedder), self.good, transform, **kwargs)
@@ -165,10 +206,25 @@ def _materializations(instance: dg.DagsterInstance, asset: str) -> list:
     return [r.asset_materialization for r in records]
 
 
+def spread(tasks: list[GoldTask], documents: dict[str, str], n: int) -> list[GoldTask]:
+    """`n` tasks, each of another document (round-robin over documents in order), so no document loses two."""
+    seen, picked = set(), []
+    for task in tasks:
+        if documents.get(task.id) not in seen:
+            seen.add(documents.get(task.id))
+            picked.append(task)
+        if len(picked) == n:
+            break
+    return picked
+
+
 def run(dataset: Path, gold: Path, workdir: Path, floors: dict[str, float] | None, tolerance: float) -> dict:
     team = RedTeam(workdir, dataset, gold, floors, tolerance)
     rows: dict[str, dict] = {}
     retrieved, _ = retrieved_tasks(team)
+    gold_set = load_gold(team.gold)
+    good_chunks = team.store.corpus.chunks(team.good)
+    documents = {t: p.document for t, p in place_tasks(gold_set, good_chunks).items()}
 
     # No production yet: the only tasks left living are ones the candidate misses.
     vacuous = team.derive(remove_evidence(retrieved), name="vacuous")
@@ -178,26 +234,35 @@ def run(dataset: Path, gold: Path, workdir: Path, floors: dict[str, float] | Non
     partial = team.derive("unchanged", name="partial", drop_docs=(team.sources[-1][0],))
     rows["partial_candidate"] = team.evaluate("partial_candidate", partial)
 
-    gold = load_gold(team.gold)
     retired = [GoldTask(id=f"retired-{i}", query=t.query, evidence=[e.model_copy(update={"doc_id": "retired_manual.md"})
                                                                    for e in t.evidence])
-               for i, t in enumerate(gold.tasks[: max(1, int(0.43 * len(gold.tasks)))])]
-    stale_gold = team.write_gold("stale_gold", [*gold.tasks, *retired])  # 30 % of tasks stale
+               for i, t in enumerate(gold_set.tasks[: max(1, int(0.43 * len(gold_set.tasks)))])]
+    stale_gold = team.write_gold("stale_gold", [*gold_set.tasks, *retired])  # 30 % of tasks stale
     rows["stale_gold"] = team.evaluate("stale_gold", team.derive("unchanged", name="same_chunks"), gold=stale_gold)
 
-    lost = retrieved[:: max(1, round(len(retrieved) / max(1, round(0.04 * len(gold.tasks)))))]
+    lost = retrieved[:: max(1, round(len(retrieved) / max(1, round(0.04 * len(gold_set.tasks)))))]
     rows["lost_evidence"] = team.evaluate("lost_evidence", team.derive(remove_evidence(lost), name="lost"))
+
+    # The document with the most retrieved tasks loses all of them: under 3 % of the set.
+    per_document: dict[str, list[GoldTask]] = {}
+    for task in retrieved:
+        per_document.setdefault(documents.get(task.id, ""), []).append(task)
+    victim, victim_tasks = max(per_document.items(), key=lambda item: (len(item[1]), item[0]))
+    one_document = team.derive(remove_evidence(victim_tasks), name="one_document")
+    rows["one_document_lost"] = team.evaluate("one_document_lost", one_document)
+    rows["one_document_lost"].update(document=victim, lost_tasks=len(victim_tasks))
 
     rows["alias_swap"] = alias_swap(workdir / "alias_swap", team.sources[1:3])
 
-    # Every task "reviewed", in scope (this version, this evaluator) but expired.
-    swapped = team.derive("swap_headers")
-    evaluator, _ = evaluator_identity(team.embedder, gold, MODES)
+    # Every lost task "reviewed", in scope (this version, this evaluator) but expired.
+    expired_lost = spread(retrieved, documents, 8)
+    expired = team.derive(remove_evidence(expired_lost), name="expired")
+    evaluator, _ = evaluator_identity(team.embedder, gold_set, MODES)
     exceptions = workdir / "exceptions.yaml"
     exceptions.write_text("".join(
         f"- {{task_id: {t.id}, reason: reworded, reviewer: qa, date: 2020-01-02, expires: 2020-06-30, "
-        f"index_version: {swapped}, evaluator_id: {evaluator}}}\n" for t in gold.tasks))
-    rows["expired_exception"] = team.evaluate("expired_exception", swapped, gate_exceptions_path=str(exceptions))
+        f"index_version: {expired}, evaluator_id: {evaluator}}}\n" for t in expired_lost))
+    rows["expired_exception"] = team.evaluate("expired_exception", expired, gate_exceptions_path=str(exceptions))
 
     with FleetSimulator([ReplicaSpec(serve_embeddings=True, embedding_dim=team.embedder.dimension)],
                         time_scale=0.01) as sim:
@@ -207,12 +272,38 @@ def run(dataset: Path, gold: Path, workdir: Path, floors: dict[str, float] | Non
                                                 "model": "sim-embed"}})
         rows["embedder_swap"] = team.evaluate("embedder_swap", swap)
 
+    swapped = team.derive("swap_headers")
     rows["swapped_headers"] = team.evaluate("swapped_headers", swapped)
     rows["truncated_chunks"] = team.evaluate("truncated_chunks", team.derive("truncate_first_line"))
+    rows["foreign_headers"] = team.evaluate("foreign_headers", team.derive(foreign_headers(good_chunks),
+                                                                           name="foreign_headers"))
+    for name in ("injected_headers", "other_language_headers", "templated_headers"):
+        rows[name] = team.evaluate(name, team.derive(name))
     red_team = [rows[name] for name in RED_TEAM]
+
+    severity = []
+    for n in SEVERITY:
+        tasks = spread(retrieved, documents, n)
+        row = team.control(f"lose_{n}", team.derive(remove_evidence(tasks), name=f"severity_{n}"))
+        severity.append({"lost_tasks": n, "documents": len({documents.get(t.id) for t in tasks}),
+                         "blocked": row["blocked"], "reasons": row["reasons"]})
+    blocked_losses = [r["lost_tasks"] for r in severity if r["blocked"]]
+
+    controls = [team.control(f"identical_rebuild_{i}", team.derive("unchanged", name=f"rebuild_{i}"))
+                for i in range(1, 6)]
+    controls.append(team.control("rechunk_nearby", team.rechunk(176)))
+    controls.append(team.control("better_candidate", team.good, production=swapped))
+    controls.append(team.control("renamed_header_source", team.derive("unchanged", name="renamed",
+                                                                       header_model="structural-v1-renamed")))
+    team.store.aliases.set("production", team.good, "bench: end")
     return {"dataset": str(dataset), "gold": str(gold.name), "floors": json.loads(team.settings.gate_floors_json),
             "tolerance": tolerance, "good": good, "good_promoted": good["production_after"] == team.good,
-            "red_team": red_team, "all_blocked": all(r["blocked"] for r in red_team)}
+            "red_team": red_team, "all_blocked": all(r["blocked"] for r in red_team),
+            "controls": [{"name": r["name"], "blocked": r["blocked"], "reasons": r["reasons"],
+                          **{m: r[m] for m in METRICS}} for r in controls],
+            "false_block_rate": sum(r["blocked"] for r in controls) / len(controls),
+            "severity": severity, "min_blocked_loss": min(blocked_losses) if blocked_losses else None,
+            "one_document_blocked": rows["one_document_lost"]["blocked"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,9 +323,15 @@ def main(argv: list[str] | None = None) -> int:
                          for m in ("pass_at_5", "pass_at_10", "mrr"))
         verdict = "yes" if row["blocked"] else "promoted" if row is result["good"] else "NO"
         print(f"{row['name']:25s} {cells}  {verdict:8s}  {'; '.join(row['reasons'])[:110]}")
-    print(f"good promoted: {result['good_promoted']}; every planted failure blocked: {result['all_blocked']}")
+    for row in result["controls"]:
+        print(f"{row['name']:25s} control   {'BLOCKED' if row['blocked'] else 'promoted':8s}  "
+              f"{'; '.join(row['reasons'])[:110]}")
+    print("severity: " + ", ".join(f"{r['lost_tasks']} lost -> {'blocked' if r['blocked'] else 'passed'}"
+                                   for r in result["severity"]) + f"; min_blocked_loss {result['min_blocked_loss']}")
+    print(f"good promoted: {result['good_promoted']}; every planted failure blocked: {result['all_blocked']}; "
+          f"false-block rate on the controls: {result['false_block_rate']:.2f}")
     write_json(args.json, result)
-    return 0 if result["good_promoted"] and result["all_blocked"] else 1
+    return 0 if result["good_promoted"] and result["all_blocked"] and result["false_block_rate"] == 0 else 1
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ INGEST_GROUP = "ingest"
 RETRIEVAL_EVAL = "retrieval_eval"  # per document partition
 DOCUMENT_GATE = "document_gate"  # its per-partition check
 CANDIDATE_EVALUATION = "candidate_evaluation"  # every partition of a candidate, decided (eval_gate)
+EVALUATION_FOLLOWS_INGEST = "evaluation_follows_ingest"  # the automation sensor of retrieval_eval
 PROMOTED_INDEX = "promoted_index"
 EVALUATION_GROUP = "evaluation"
 

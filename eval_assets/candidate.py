@@ -261,7 +261,8 @@ def decide_candidate(store: ChunkStore, embedders: Embedders, gold: GoldSet, can
     union_base = report_of(run.base, gold, run.evaluator_id, run.evaluator,
                            [TaskResult(**r) for r in base_rows]) if run.base else None
     # The candidate's content as judged: promotion refuses a candidate that changed after this decision.
-    save_report(store, union, gate={**decision.model_dump(mode="json"), "candidate_revision": basis["candidate_revision"]})
+    save_report(store, union, gate={**decision.model_dump(mode="json"),
+                                    "candidate_revision": basis["candidate_revision"]})
 
     def ranks(r: EvalReport) -> dict[str, int | None]:
         return {t.task_id: t.first_rank for t in r.tasks if t.mode == policy.mode and t.status == "living"}

@@ -35,7 +35,8 @@ SAMPLE = 300  # headers judged per version: the signals are shares, a sample bou
 
 _INJECTION = re.compile(
     r"\b(ignore|disregard|forget|override)\b[^.;:]{0,40}\b(chunk|text|passage|context|document|instructions?|"
-    r"above|previous|prompt)\b|\b(system prompt|as an ai|you must now|new instructions?)\b|^\s*(instruction|system)\s*:",
+    r"above|previous|prompt)\b|\b(system prompt|as an ai|you must now|new instructions?)\b"
+    r"|^\s*(instruction|system)\s*:",
     re.IGNORECASE)
 _STOPWORDS = {
     "en": "the of and to in is that for this with are on as by from it be an which section describes".split(),
@@ -52,12 +53,13 @@ for _language, _words in _STOPWORDS.items():
         _LANGUAGE_OF.setdefault(_word, set()).add(_language)
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 _DIGITS = re.compile(r"\d+")
+_IDENTIFIER = re.compile(r"\w+(?:[./\\]\w+)+")  # com.google.cloud, a/b/c: code, not prose
 
 
 def language(text: str, min_hits: int = 2, min_share: float = 0.1) -> str | None:
     """The language whose stopwords the text uses most; None without a clear one: fewer than `min_hits`
     stopwords, under `min_share` of its words (code, tables), or a runner-up within 2/3 of the winner."""
-    words = _WORD.findall(text.lower())
+    words = _WORD.findall(_IDENTIFIER.sub(" ", text.lower()))
     counts: Counter[str] = Counter()
     for word in words:
         for lang in _LANGUAGE_OF.get(word, ()):
@@ -116,16 +118,19 @@ def header_integrity(headers: Sequence[str], texts: Sequence[str], documents: Se
                       and header_languages[i] != (chunk_languages[i] or corpus_language)]
 
     own_titles = {d: t for d, t in titles.items() if len(t.strip()) >= 6}
-    foreign_title = [i for i in present
-                     if not _names(own_titles.get(documents[i], ""), headers[i])
-                     and any(_names(t, headers[i]) for d, t in own_titles.items()
-                             if d != documents[i] and t.strip().lower() != own_titles.get(documents[i], "").strip().lower())]
+
+    def names_another(i: int) -> bool:
+        own = own_titles.get(documents[i], "")
+        return not _names(own, headers[i]) and any(
+            _names(t, headers[i]) for d, t in own_titles.items() if d != documents[i] and t.lower() != own.lower())
+
+    foreign_title = [i for i in present if names_another(i)]
 
     shapes = Counter(_DIGITS.sub("0", " ".join(headers[i].lower().split())) for i in present)
-    result.update(same_header_share=shapes.most_common(1)[0][1] / n, injected_share=len(injected) / n, other_language_share=len(other_language) / n,
-                  foreign_title_share=len(foreign_title) / n,
-                  templated_rate=header_diagnostics([headers[i] for i in present], [texts[i] for i in present])[
-                      "templated_rate"])
+    result.update(same_header_share=shapes.most_common(1)[0][1] / n, injected_share=len(injected) / n,
+                  other_language_share=len(other_language) / n, foreign_title_share=len(foreign_title) / n,
+                  templated_rate=header_diagnostics([headers[i] for i in present],
+                                                    [texts[i] for i in present])["templated_rate"])
     partner = _derangement([documents[i] for i in present])
     if embed is not None and any(p is not None for p in partner):
         pairs = [(k, p) for k, p in enumerate(partner) if p is not None]

@@ -1,5 +1,5 @@
 """Retrieval quality on the published codebase benchmark, ingested through the assets, and the
-`retrieval_eval` asset on the sample corpus."""
+`retrieval_eval` and `candidate_evaluation` assets on the sample corpus."""
 
 from __future__ import annotations
 
@@ -56,12 +56,11 @@ def test_retrieval_eval_asset_reports_metrics(tmp_path, samples_dir, settings_fa
         with gold.open("w") as handle:
             for query, span in tasks:
                 handle.write(json.dumps({"query": query, "evidence": [{"text": span}]}) + "\n")
-        job = dg.define_asset_job("eval", selection=["retrieval_eval"])
-        result = dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def("eval").execute_in_process(
-            instance=instance, run_config={"ops": {"retrieval_eval": {"config": {"gold_path": str(gold)}}}},
-        )
+        from contextual_assets.app.evaluation_runs import evaluate_and_promote
+
+        result = evaluate_and_promote(defs, instance, str(gold), log_level="ERROR").result
         assert result.success
-        (materialization,) = result.asset_materializations_for_node("retrieval_eval")
+        (materialization,) = result.asset_materializations_for_node("candidate_evaluation")
         metadata = materialization.metadata
         assert metadata["n_tasks"].value == 5 and metadata["n_living"].value == 5
         for mode in ("dense", "lexical", "hybrid"):

@@ -78,16 +78,38 @@ def test_card_assets_groups_kinds_and_partitions(settings_factory):
     defs = build_definitions(settings_factory())
     graph = defs.resolve_asset_graph()
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
-    assert keys == {"parsed_chunks", "chunk_headers", "chunk_embeddings", "retrieval_eval", "promoted_index"}
+    assert keys == {"parsed_chunks", "chunk_headers", "chunk_embeddings", "retrieval_eval", "candidate_evaluation",
+                    "promoted_index"}
     checks = {key.name for key in graph.asset_check_keys}
-    assert checks == {"eval_gate", "gold_hygiene", "header_diagnostics", "production_freshness"}
-    for name in ("parsed_chunks", "chunk_headers", "chunk_embeddings"):
+    assert checks == {"document_gate", "eval_gate", "header_integrity", "gold_hygiene", "header_diagnostics",
+                      "production_freshness"}
+    for name in ("parsed_chunks", "chunk_headers", "chunk_embeddings", "retrieval_eval"):
         node = graph.get(dg.AssetKey(name))
-        assert node.group_name == "ingest" and node.kinds
+        assert node.group_name == ("evaluation" if name == "retrieval_eval" else "ingest") and node.kinds
         assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition)
         assert node.partitions_def.name == "documents"
-    assert graph.get(dg.AssetKey("retrieval_eval")).partitions_def is None
+    assert graph.get(dg.AssetKey("candidate_evaluation")).partitions_def is None
+    assert graph.get(dg.AssetKey("retrieval_eval")).automation_condition is None, "no gold file: nothing to follow"
+    # The promotion waits for the whole-candidate checks: both block.
+    blocking = {key.name for key in graph.asset_check_keys if graph.get_check_spec(key).blocking}
+    assert blocking == {"eval_gate", "header_integrity"}
     assert defs.resolve_sensor_def("new_documents").job_name == "ingest_documents"
+
+
+def test_with_a_gold_file_ingest_of_a_document_requests_its_evaluation_partition(settings_factory, tmp_path):
+    """retrieval_eval follows ingest (an eager automation condition): a document's new chunk_embeddings
+    materialization requests its evaluation partition, and only that one."""
+    defs = build_definitions(settings_factory(gold_path=str(tmp_path / "gold.jsonl")))
+    assert defs.resolve_asset_graph().get(dg.AssetKey("retrieval_eval")).automation_condition is not None
+    sensor = defs.resolve_sensor_def("evaluation_follows_ingest")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("documents", ["a.md", "b.md"])
+        first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+        instance.report_runless_asset_event(dg.AssetMaterialization("chunk_embeddings", partition="b.md"))
+        after = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
+        requested = after.get_requested_partitions(dg.AssetKey("retrieval_eval"))
+        assert requested == {"b.md"}, requested
 
 
 def test_ingest_step_runs_many_partitions_in_the_ingest_pool(settings_factory):

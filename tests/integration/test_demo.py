@@ -21,7 +21,7 @@ def test_demo_runs_the_whole_loop(tmp_path, env):
     gate = re.fullmatch(r"gate: passed for (iv-[0-9a-f]+) \(promoted; production was not set\)", lines[-2])
     assert gate, lines[-3:]
     assert lines[-1] == f"production -> {gate.group(1)}"
-    for check in ("eval_gate", "gold_hygiene", "header_diagnostics"):
+    for check in ("eval_gate", "header_integrity", "gold_hygiene", "header_diagnostics"):
         assert re.search(rf"^check {check}\s+passed$", out, re.M), out[-3000:]
 
     import dagster as dg
@@ -31,10 +31,12 @@ def test_demo_runs_the_whole_loop(tmp_path, env):
         assert len(partitions) == 7
         materialized = instance.get_materialized_partitions(dg.AssetKey("chunk_embeddings"))
         assert materialized == set(partitions)
-        for check in ("eval_gate", "gold_hygiene", "header_diagnostics"):
+        for check in ("eval_gate", "header_integrity", "gold_hygiene", "header_diagnostics"):
             record = instance.get_latest_asset_check_evaluation_record(
-                dg.AssetCheckKey(dg.AssetKey("retrieval_eval"), check))
+                dg.AssetCheckKey(dg.AssetKey("candidate_evaluation"), check))
             assert record is not None and record.status.value == "SUCCEEDED", (check, record)
+        # One evaluation partition per document, each with its own metadata.
+        assert instance.get_materialized_partitions(dg.AssetKey("retrieval_eval")) == set(partitions)
 
     again = subprocess.run([sys.executable, "-m", "contextual_assets.app.demo"], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=900, check=False)

@@ -18,7 +18,7 @@ from bench.sim.deployment import (
     seed_dagster_home,
 )
 
-ALL_ASSETS = [*INGEST_ASSETS, "retrieval_eval"]
+ALL_ASSETS = [*INGEST_ASSETS, "retrieval_eval", "candidate_evaluation"]
 
 DOCS = {
     "ops_handbook.md": """# Operations handbook

@@ -23,7 +23,8 @@ from tests.ui.conftest import run_demo
 pytestmark = pytest.mark.timeout(900)
 
 LOCATION = "contextual_retrieval"
-ASSETS = ["parsed_chunks", "chunk_headers", "chunk_embeddings", "retrieval_eval", "promoted_index"]
+ASSETS = ["parsed_chunks", "chunk_headers", "chunk_embeddings", "retrieval_eval", "candidate_evaluation",
+          "promoted_index"]
 GROUPS = {"ingest": ASSETS[:3], "evaluation": ASSETS[3:]}
 RUN_TIMEOUT_S = 300
 GRAPH_TIMEOUT_S = 300  # the asset graph laid out and a group expanded, on a loaded machine
@@ -280,55 +281,91 @@ def test_sensor_turned_on_ingests_a_dropped_file(ui, page):
     open_page(page, f"{ui.url}/locations/{LOCATION}/sensors/new_documents")
     page.locator("label[for^='checkbox']").first.click()  # off again: the next step writes to the store
     page.screens.shot("sensor_ticks")
+    # The dashboards follow ingest: the new document's evaluation partition is materialized on its own
+    # (retrieval_eval's eager condition, evaluated by the evaluation_follows_ingest sensor).
+    wait_until(lambda: name in evaluated_partitions(ui), RUN_TIMEOUT_S, f"retrieval_eval partition {name}")
+    open_page(page, f"{ui.url}/assets/retrieval_eval?view=partitions")
+    page.get_by_text(name, exact=True).first.wait_for(state="visible")
+    page.screens.shot("evaluation_followed_ingest")
 
 
-def test_eval_gate_passes_then_blocks_a_planted_regression(ui, page):
-    from bench.corpora import derive_version
+def evaluated_partitions(ui: Ui) -> set[str]:
+    import dagster as dg
 
-    open_page(page, f"{ui.url}/assets/retrieval_eval?view=checks")
-    for check in ("eval_gate", "gold_hygiene", "header_diagnostics"):
+    with dg.DagsterInstance.from_config(ui.env["DAGSTER_HOME"]) as instance:
+        return instance.get_materialized_partitions(dg.AssetKey("retrieval_eval"))
+
+
+def wait_until(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(2)
+
+
+def test_eval_gate_per_document_then_a_one_document_regression_blocks(ui, page):
+    import json
+    import subprocess
+    import sys
+
+    from bench.corpora import derive_version, remove_evidence
+    from contextual_assets.samples import sample_gold_file
+    from eval_assets.gold.gold_set import load_gold
+    from tests.support import REPO_ROOT
+
+    # After `make demo`: one evaluation partition per document, each with its tasks' ranks and verdict.
+    open_page(page, f"{ui.url}/assets/retrieval_eval?view=partitions")
+    key = "samples/incident_postmortem.pdf"
+    page.get_by_text(key, exact=True).first.click()
+    for text in ("verdict", "gold_tasks", "ranks"):
+        page.get_by_text(text, exact=True).first.wait_for(state="visible")
+    page.screens.shot("retrieval_eval_partition")
+    open_page(page, f"{ui.url}/assets/candidate_evaluation?view=checks")
+    for check in ("eval_gate", "header_integrity", "gold_hygiene", "header_diagnostics"):
         page.get_by_text(check, exact=True).first.wait_for(state="visible")
     page.get_by_text("eval_gate", exact=True).first.click()
     page.get_by_text("Passed", exact=True).first.wait_for(state="visible")
-    for key in ("candidate_version", "compared_tasks", "pass_at_10_raw"):
-        page.get_by_text(key, exact=True).first.wait_for(state="visible")
+    for text in ("candidate_version", "compared_tasks", "pass_at_10_raw"):
+        page.get_by_text(text, exact=True).first.wait_for(state="visible")
     page.screens.shot("eval_gate_passed")
 
-    # The regression: a candidate whose chunks keep only their first line (evidence lost).
+    # The regression: every gold task of one document loses its evidence; the rest is untouched.
     store, embedder = ui.store()
     try:
         production = store.aliases.get("production")
-        planted = derive_version(store, embedder, production, "truncate_first_line")
+        with sample_gold_file() as gold:
+            lost = [t for t in load_gold(gold).tasks if any(e.doc_id and key.endswith(e.doc_id) for e in t.evidence)]
+        assert len(lost) >= 2
+        planted = derive_version(store, embedder, production, remove_evidence(lost), name="one_document_lost")
     finally:
         store.close()
+    evaluated = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "eval", "--version", planted,
+                                "--json"], env=ui.env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert evaluated.returncode == 1, evaluated.stderr[-3000:]
+    report = json.loads(evaluated.stdout)
+    assert f"document {key}" in report["gate_reasons"] and report["production_after"] == production
 
-    open_page(page, f"{ui.url}/locations/{LOCATION}/jobs/evaluate_and_promote/playground")
-    line = page.locator(".CodeMirror-line", has_text="index_version").first
-    line.click()
-    page.keyboard.press("End")
-    page.keyboard.press("ArrowLeft")  # inside the quotes of `index_version: ''`
-    page.keyboard.type(planted)
-    page.get_by_text(f"index_version: '{planted}'").first.wait_for(state="visible")
-    page.screens.shot("launchpad_planted_candidate")
-    page.get_by_role("button", name="Launch Run").click()
-    page.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=60_000)
-    run_url = page.url.split("?")[0]
-    wait_for_text(page, run_url, r"^(Failure|Success|Canceled)$", RUN_TIMEOUT_S, ui)
-    page.screens.shot("run_finished")
-
-    open_page(page, f"{ui.url}/assets/retrieval_eval?view=checks")
+    open_page(page, f"{ui.url}/assets/candidate_evaluation?view=checks")
     page.get_by_text("eval_gate", exact=True).first.click()
     page.get_by_text("Failed", exact=True).first.wait_for(state="visible")
     page.get_by_text(planted).first.wait_for(state="visible")
-    page.screens.shot("eval_gate_failed")
+    page.get_by_text(re.compile(f"document {re.escape(key)}")).first.wait_for(state="visible")
+    page.screens.shot("eval_gate_failed_document_named")
+    open_page(page, f"{ui.url}/assets/retrieval_eval?view=partitions")
+    page.get_by_text(key, exact=True).first.click()
+    page.get_by_text("regressed", exact=True).first.wait_for(state="visible")
+    page.screens.shot("retrieval_eval_partition_regressed")
+    open_page(page, f"{ui.url}/assets/retrieval_eval?view=checks")
+    page.get_by_text("document_gate", exact=True).first.click()
+    page.get_by_text("Partitions", exact=True).last.click()  # the check's own tab, beside Execution history
+    page.get_by_text(key, exact=True).first.click()
+    page.get_by_text(re.compile(f"^document {re.escape(key)}: 2 of its 2 tasks")).first.wait_for(state="visible")
+    page.screens.shot("document_gate_partition_failed")
 
     store, _ = ui.store()
     try:
         assert store.aliases.get("production") == production, "a blocked candidate must not be promoted"
     finally:
         store.close()
-    run_id = run_url.rsplit("/", 1)[-1]
     open_page(page, f"{ui.url}/assets/promoted_index?view=events")
-    # The UI says it in so many words for a run that reached the asset but did not materialize it.
-    page.get_by_text(f"Run {run_id[:8]} failed, and did not materialize this asset").first.wait_for(state="visible")
     page.screens.shot("promoted_index_not_materialized")

@@ -228,7 +228,8 @@ def promoted_index(context: dg.AssetExecutionContext, store: ChunkStoreResource,
                                      f"{gate.alias} is unchanged: evaluate it again",
                          metadata={"stale_evaluation": True})
     compared = metadata["production_version"] if metadata["production_version"] != "none" else None
-    previous, action = promote(chunk_store, gate.alias, candidate, compared, reason=f"gate passed (eval run {run['run_id']})")
+    previous, action = promote(chunk_store, gate.alias, candidate, compared,
+                               reason=f"gate passed (eval run {run['run_id']})")
     history = chunk_store.aliases.history(gate.alias)
     return dg.MaterializeResult(metadata={
         "alias": gate.alias, "index_version": candidate, "previous_version": previous or "none", "action": action,

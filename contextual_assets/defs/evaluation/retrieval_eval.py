@@ -23,7 +23,13 @@ from contextual_assets.defs.resources import (
 )
 from contextual_assets.errors import ContextualError, DependencyUnavailable
 from contextual_assets.index_version import current_index_version
-from contextual_assets.names import CHUNK_EMBEDDINGS, DOCUMENT_GATE, EVALUATION_GROUP, RETRIEVAL_EVAL
+from contextual_assets.names import (
+    CHUNK_EMBEDDINGS,
+    DOCUMENT_GATE,
+    EVALUATION_FOLLOWS_INGEST,
+    EVALUATION_GROUP,
+    RETRIEVAL_EVAL,
+)
 from contextual_assets.settings import active_settings
 from eval_assets.candidate import EvaluationRefused, PartitionEvaluation, evaluate_partitions
 from eval_assets.documents import TOP_K
@@ -155,7 +161,8 @@ def build_retrieval_eval(automatic: bool) -> dg.AssetsDefinition:
             yield document_check(evaluation)
         regressed = [e.record["doc_id"] for e in evaluations if not e.record["passed"]]
         if regressed:
-            context.log.warning(f"{len(regressed)} document(s) regressed against production: {', '.join(regressed[:10])}")
+            context.log.warning(f"{len(regressed)} document(s) regressed against production: "
+                                f"{', '.join(regressed[:10])}")
         yield dg.MaterializeResult(asset_key=RETRIEVAL_EVAL, metadata={
             "gold_set": run.gold.name, "documents_evaluated": len(evaluations),
             "documents_regressed": len(regressed)})
@@ -165,4 +172,10 @@ def build_retrieval_eval(automatic: bool) -> dg.AssetsDefinition:
 
 @dg.definitions
 def retrieval_eval_assets() -> dg.Definitions:
-    return dg.Definitions(assets=[build_retrieval_eval(automatic=bool(active_settings().gold_path))])
+    automatic = bool(active_settings().gold_path)  # without a gold file there is nothing to evaluate
+    sensors = [dg.AutomationConditionSensorDefinition(
+        EVALUATION_FOLLOWS_INGEST, target=dg.AssetSelection.assets(RETRIEVAL_EVAL),
+        default_status=dg.DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
+        description="Evaluates a document's retrieval_eval partition after each ingest of it (its eager "
+                    "automation condition), so the per-document dashboards follow ingest.")] if automatic else []
+    return dg.Definitions(assets=[build_retrieval_eval(automatic)], sensors=sensors)
