@@ -204,6 +204,23 @@ def test_eval_runs_round_trip(store):
     assert store.eval_runs.get("r1")["gate"] == {"passed": True} and store.eval_runs.get("missing") is None
 
 
+def test_per_document_evaluations_are_replaced_per_candidate_and_document(store):
+    def record(doc_id: str, version: str = "iv-a", passed: bool = True, reasons=()) -> dict:
+        return {"index_version": version, "doc_id": doc_id, "run_id": "r1", "baseline_run_id": None,
+                "production_version": "iv-p", "basis": {"candidate_revision": ["1", "x"], "gold_sha256": "g"},
+                "task_ids": ["t1", "t'2"], "passed": passed, "reasons": list(reasons),
+                "metrics": {"tasks": 2, "candidate_pass_at_20": 0.5}}
+
+    store.eval_runs.save_documents([record("a.md"), record("b.md"), record("a.md", "iv-b")])
+    store.eval_runs.save_documents([record("a.md", passed=False, reasons=["document a.md: 2 of its 2 tasks"])])
+    saved = store.eval_runs.documents("iv-a")
+    assert sorted(saved) == ["a.md", "b.md"] and sorted(store.eval_runs.documents("iv-b")) == ["a.md"]
+    assert saved["a.md"]["passed"] is False and saved["a.md"]["reasons"] == ["document a.md: 2 of its 2 tasks"]
+    assert saved["b.md"]["passed"] is True and saved["b.md"]["task_ids"] == ["t1", "t'2"]
+    assert saved["b.md"]["basis"] == record("b.md")["basis"] and saved["b.md"]["baseline_run_id"] is None
+    assert store.eval_runs.documents("iv-none") == {}
+
+
 def test_index_version_recipe_and_coverage(store, tmp_path):
     from contextual_assets.lifecycle.coverage import coverage_of, live_documents, production_lag
 
@@ -249,9 +266,12 @@ def test_commit_requires_the_current_source_when_asked(store):
 def test_alias_compare_and_set(store):
     from contextual_assets.errors import StoreError
 
+    from contextual_assets.errors import AliasMoved
+
     store.aliases.set("production", "iv-a")
-    with pytest.raises(StoreError, match="moved to iv-a"):
+    with pytest.raises(StoreError, match="moved to iv-a") as moved:
         store.aliases.set("production", "iv-c", expected="iv-b")
+    assert isinstance(moved.value, AliasMoved) and moved.value.current == "iv-a"
     assert store.aliases.set("production", "iv-c", expected="iv-a") == "iv-a"
 
 
