@@ -46,8 +46,9 @@ def main() -> int:
         found += any(h.doc_id.endswith(expected) for h in hits)
     print(f"\n{found}/{len(SAMPLE_QUERIES)} sample queries find their document in the top 3 (hybrid).")
     print(f"\nThe Dagster UI on this instance ({os.environ.get('DAGSTER_HOME', 'DAGSTER_HOME')}): `make ui`, then "
-          "http://127.0.0.1:3000/assets: the `documents` partitions, and `retrieval_eval`'s checks "
-          "(eval_gate, gold_hygiene, header_diagnostics). `ctx status` shows the index versions.")
+          "http://127.0.0.1:3000/assets: the `documents` partitions, `retrieval_eval` per document, and "
+          "`candidate_evaluation`'s checks (eval_gate, header_integrity, gold_hygiene, header_diagnostics). "
+          "`ctx status` shows the index versions.")
     # Last, so the output ends with the gate's decision and where production points.
     with sample_gold_file() as gold:
         print(f"\n$ ctx eval --gold {gold.name}")
