@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -36,6 +37,10 @@ from .gate import ExceptionScope, GateDecision, GatePolicy, ReviewedException, a
 from .gate_config import GateConfig
 from .gold.gold_set import GoldSet
 from .ranking_metrics import worst_regressions
+
+
+_BASELINES: OrderedDict[tuple, tuple[ChunkStore, EvalReport]] = OrderedDict()
+BASELINES_KEPT = 8
 
 
 class EvaluationRefused(ContextualError):
@@ -154,10 +159,19 @@ class _Evaluation:
         save_report(self.store, report)
         baseline = None
         if self.base:
-            # Production scored with its own embedder against its own vectors, on the same tasks.
-            baseline = _scored(self.store, self.base_embedder, subset, self.base, "production", self.search,
-                               self.chunks(self.base))
-            save_report(self.store, baseline)
+            # Production scored with its own embedder against its own vectors, on the same tasks; once per
+            # state of production in this process (a session evaluating several candidates against it).
+            key = (id(self.store), self.base, tuple(self.store.corpus.revision(self.base)), self.gold.sha256,
+                   evaluator_identity(self.base_embedder, self.gold, MODES, **self.search)[0], frozenset(task_ids))
+            remembered = _BASELINES.get(key)
+            baseline = remembered[1] if remembered else None
+            if baseline is None:
+                baseline = _scored(self.store, self.base_embedder, subset, self.base, "production", self.search,
+                                   self.chunks(self.base))
+                save_report(self.store, baseline)
+                _BASELINES[key] = (self.store, baseline)  # the store kept alive: its id stays its own
+                while len(_BASELINES) > BASELINES_KEPT:
+                    _BASELINES.popitem(last=False)
         return report, baseline
 
 

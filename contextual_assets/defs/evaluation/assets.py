@@ -5,6 +5,9 @@ after the gate passed, and the `production_freshness` check."""
 
 # No `from __future__ import annotations` here: Dagster (1.13) cannot resolve a string annotation
 # on an asset's `config` parameter to its Config class.
+from collections import OrderedDict
+from collections.abc import Callable
+
 import dagster as dg
 
 from contextual_assets.defs.resources import (
@@ -15,6 +18,7 @@ from contextual_assets.defs.resources import (
     ParsingResource,
     RerankerResource,
 )
+from contextual_assets.embedding import Embedder
 from contextual_assets.errors import AliasMoved
 from contextual_assets.lifecycle.coverage import production_lag
 from contextual_assets.names import CANDIDATE_EVALUATION, DOCUMENTS_PARTITIONS, EVALUATION_GROUP, RETRIEVAL_EVAL
@@ -162,18 +166,43 @@ def gold_hygiene(context: dg.AssetCheckExecutionContext, store: ChunkStoreResour
     )
 
 
+def header_sample(chunks: list) -> list:
+    """At most HEADER_SAMPLE chunks, evenly spread (both header checks judge the same ones): the signals are
+    shares, and embedding every chunk of a large index on a CPU would cost minutes."""
+    if len(chunks) <= HEADER_SAMPLE:
+        return chunks
+    return [chunks[i * len(chunks) // HEADER_SAMPLE] for i in range(HEADER_SAMPLE)]
+
+
+_VECTORS: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+VECTORS_KEPT = 20_000
+
+
+def remembered(model: Embedder) -> Callable[[list[str]], list[list[float]]]:
+    """`model.embed` remembering each text's vector in this process: the two header checks embed the same
+    chunk texts, and evaluations of versions derived from one another share most of them."""
+    def embed(texts: list[str]) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if (model.identity, t) not in _VECTORS]
+        for text, vector in zip(missing, model.embed(missing) if missing else []):
+            _VECTORS[(model.identity, text)] = vector
+        while len(_VECTORS) > VECTORS_KEPT:
+            _VECTORS.popitem(last=False)
+        return [_VECTORS.get((model.identity, t)) or model.embed([t])[0] for t in texts]
+
+    return embed
+
+
 @dg.asset_check(asset=candidate_evaluation, name="header_diagnostics",
                 description="Templated or dominating headers in the candidate version.")
 def header_diagnostics_check(context: dg.AssetCheckExecutionContext, store: ChunkStoreResource,
                              embedder: EmbedderResource) -> dg.AssetCheckResult:
     run, _ = _latest_eval(context, store)
-    chunks = store.open().corpus.chunks(run["index_version"])
-    sample = chunks[:: max(1, len(chunks) // 500)]  # bounded cost on large indexes
+    sample = header_sample(store.open().corpus.chunks(run["index_version"]))
     if not any(c.header for c in sample):
         return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.WARN,
                                    metadata={"headers": 0, "note": "this index version has no headers"})
-    model = embedder.get()
-    diagnostics = header_diagnostics([c.header for c in sample], [c.text for c in sample], embed=model.embed)
+    diagnostics = header_diagnostics([c.header for c in sample], [c.text for c in sample],
+                                     embed=remembered(embedder.get()))
     templated = diagnostics["templated_rate"]
     dominance = diagnostics["header_dominance"] or 0.0
     return dg.AssetCheckResult(
@@ -190,12 +219,12 @@ def header_integrity_check(context: dg.AssetCheckExecutionContext, store: ChunkS
                            embedder: EmbedderResource) -> dg.AssetCheckResult:
     run, _ = _latest_eval(context, store)
     chunks = store.open().corpus.chunks(run["index_version"])
-    sample = [c for c in chunks[:: max(1, len(chunks) // HEADER_SAMPLE)] if c.header]
+    sample = [c for c in header_sample(chunks) if c.header]
     if not sample:
         return dg.AssetCheckResult(passed=True, metadata={"headers": 0, "note": "this index version has no headers"})
     titles = {c.source_doc: c.title for c in chunks}
     signals = header_integrity([c.header for c in sample], [c.text for c in sample], [c.source_doc for c in sample],
-                               titles, embed=embedder.get().embed)
+                               titles, embed=remembered(embedder.get()))
     metadata = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in signals.items()
                 if v is not None and k not in ("reasons", "examples")}
     metadata["reasons"] = "; ".join(signals["reasons"]) or "none"
