@@ -19,7 +19,11 @@ from typing import Any, Protocol
 
 from contextual_assets.embedding import Embedder
 from contextual_assets.errors import ContextualError
-from contextual_assets.lifecycle.coverage import VersionCoverage, coverage_of, live_documents
+from contextual_assets.lifecycle.coverage import (
+    VersionCoverage,
+    coverage_of,
+    live_documents,
+)
 from contextual_assets.store import ChunkStore
 
 from .documents import TOP_K, TaskPlacement, document_verdicts, place_tasks
@@ -33,11 +37,17 @@ from .evaluate import (
     save_report,
     section_diagnostics,
 )
-from .gate import ExceptionScope, GateDecision, GatePolicy, ReviewedException, applicable_exceptions, decide
+from .gate import (
+    ExceptionScope,
+    GateDecision,
+    GatePolicy,
+    ReviewedException,
+    applicable_exceptions,
+    decide,
+)
 from .gate_config import GateConfig
 from .gold.gold_set import GoldSet
 from .ranking_metrics import worst_regressions
-
 
 _BASELINES: OrderedDict[tuple, tuple[ChunkStore, EvalReport]] = OrderedDict()
 BASELINES_KEPT = 8
