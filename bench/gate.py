@@ -114,7 +114,11 @@ class RedTeam:
         else:
             gate_metadata = checks["eval_gate"].metadata
             reasons = [r for r in gate_metadata["reasons"].value.split("; ") if r != "none"]
-            if not checks["header_integrity"].passed:
+            if "header_integrity" not in checks:  # the check itself failed: say why, never crash the bench
+                from contextual_assets.app.ingest_runs import failure_message
+
+                reasons.append(f"header_integrity did not run: {failure_message(result)}")
+            elif not checks["header_integrity"].passed:
                 reasons += checks["header_integrity"].metadata["reasons"].value.split("; ")
             ignored = gate_metadata["ignored_exceptions"].value
             if ignored != "none":
