@@ -24,12 +24,13 @@ Red team, each of which the gate must block for its planted reason:
 
 Benign controls, none of which the gate may block (each against the good version in production):
     identical_rebuild_1..5   the good version rebuilt under another version id (five times)
-    rechunk_nearby           the corpora re-ingested at a nearby chunk size (CTX_CHUNK_TOKENS 200 -> 176)
+    rechunk_nearby           the corpora re-ingested at a nearby chunk size (CTX_CHUNK_TOKENS 200 -> 176); the
+                             codebase is pre-chunked, so the sample documents change, judged on their gold too
     better_candidate         the good version against a production with swapped (worse) headers
     renamed_header_source    the same headers recorded under another header model name
 
-Graded severity: evidence lost on 1, 2, 3, 5, 8 retrieved tasks, each of another document; the
-smallest loss that blocks is `min_blocked_loss`.
+Graded severity: evidence lost on 1, 2, 3, 5, 8 retrieved tasks, each of another document and each the
+only task its gold chunks answer; the smallest loss that blocks is `min_blocked_loss`.
 
     python -m bench.gate --json bench/results/gate.json
 """
@@ -55,7 +56,7 @@ from contextual_assets.defs.resources import build_resources
 from contextual_assets.embedding import OpenAIEmbedder
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
 from contextual_assets.fleet.pool import close_fleets
-from contextual_assets.samples import write_sample_corpus
+from contextual_assets.samples import sample_gold_file, write_sample_corpus
 from contextual_assets.settings import PlatformSettings
 from eval_assets.documents import place_tasks
 from eval_assets.evaluate import MODES, evaluator_identity
@@ -132,10 +133,10 @@ class RedTeam:
                 "reasons": reasons, "regressed_partitions": regressed, "production_before": before,
                 "production_after": self.store.aliases.get("production"), **metrics}
 
-    def control(self, name: str, version: str, production: str | None = None) -> dict:
+    def control(self, name: str, version: str, production: str | None = None, gold: Path | None = None) -> dict:
         """A benign candidate against `production` (default: the good version)."""
         self.store.aliases.set("production", production or self.good, f"bench: control {name}")
-        row = self.evaluate(name, version, expected="")
+        row = self.evaluate(name, version, gold=gold, expected="")
         row["blocked"] = not row["promoted"]
         return row
 
@@ -210,11 +211,22 @@ def _materializations(instance: dg.DagsterInstance, asset: str) -> list:
     return [r.asset_materialization for r in records]
 
 
-def spread(tasks: list[GoldTask], documents: dict[str, str], n: int) -> list[GoldTask]:
-    """`n` tasks, each of another document (round-robin over documents in order), so no document loses two."""
+def spread(tasks: list[GoldTask], documents: dict[str, str], n: int, chunks: list) -> list[GoldTask]:
+    """`n` tasks, each of another document, each the only task whose evidence its chunks hold (blanking
+    them loses that task alone), so a loss of n is n tasks lost."""
+    from eval_assets.gold.gold_set import normalise
+
+    texts = [normalise(c.text) for c in chunks]
+    spans = {t.id: [normalise(e.text) for e in t.evidence] for t in tasks}
+
+    def alone(task: GoldTask) -> bool:
+        held = [text for text in texts if any(span in text for span in spans[task.id])]
+        return all(not any(span in text for text in held for span in spans[other.id])
+                   for other in tasks if other.id != task.id)
+
     seen, picked = set(), []
     for task in tasks:
-        if documents.get(task.id) not in seen:
+        if documents.get(task.id) not in seen and alone(task):
             seen.add(documents.get(task.id))
             picked.append(task)
         if len(picked) == n:
@@ -259,7 +271,7 @@ def run(dataset: Path, gold: Path, workdir: Path, floors: dict[str, float] | Non
     rows["alias_swap"] = alias_swap(workdir / "alias_swap", team.sources[1:3])
 
     # Every lost task "reviewed", in scope (this version, this evaluator) but expired.
-    expired_lost = spread(retrieved, documents, 8)
+    expired_lost = spread(retrieved, documents, 8, good_chunks)
     expired = team.derive(remove_evidence(expired_lost), name="expired")
     evaluator, _ = evaluator_identity(team.embedder, gold_set, MODES)
     exceptions = workdir / "exceptions.yaml"
@@ -287,15 +299,18 @@ def run(dataset: Path, gold: Path, workdir: Path, floors: dict[str, float] | Non
 
     severity = []
     for n in SEVERITY:
-        tasks = spread(retrieved, documents, n)
+        tasks = spread(retrieved, documents, n, good_chunks)
         row = team.control(f"lose_{n}", team.derive(remove_evidence(tasks), name=f"severity_{n}"))
-        severity.append({"lost_tasks": n, "documents": len({documents.get(t.id) for t in tasks}),
-                         "blocked": row["blocked"], "reasons": row["reasons"]})
+        severity.append({"lost_tasks": len(tasks), "documents": len({documents.get(t.id) for t in tasks}),
+                         "blocked": row["blocked"], "reasons": row["reasons"], **{m: row[m] for m in METRICS}})
     blocked_losses = [r["lost_tasks"] for r in severity if r["blocked"]]
 
     controls = [team.control(f"identical_rebuild_{i}", team.derive("unchanged", name=f"rebuild_{i}"))
                 for i in range(1, 6)]
-    controls.append(team.control("rechunk_nearby", team.rechunk(176)))
+    # The codebase corpus comes pre-chunked: the re-chunk changes the sample documents, judged on their gold too.
+    with sample_gold_file() as sample_gold:
+        both = team.write_gold("codebase_and_samples", [*gold_set.tasks, *load_gold(sample_gold).tasks])
+    controls.append(team.control("rechunk_nearby", team.rechunk(176), gold=both))
     controls.append(team.control("better_candidate", team.good, production=swapped))
     controls.append(team.control("renamed_header_source", team.derive("unchanged", name="renamed",
                                                                        header_model="structural-v1-renamed")))
