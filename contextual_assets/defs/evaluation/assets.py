@@ -187,7 +187,9 @@ def remembered(model: Embedder) -> Callable[[list[str]], list[list[float]]]:
             _VECTORS[(model.identity, text)] = vector
         while len(_VECTORS) > VECTORS_KEPT:
             _VECTORS.popitem(last=False)
-        return [_VECTORS.get((model.identity, t)) or model.embed([t])[0] for t in texts]
+        # A vector evicted by a concurrent caller is embedded again rather than missed.
+        return [_VECTORS[(model.identity, t)] if (model.identity, t) in _VECTORS else model.embed([t])[0]
+                for t in texts]
 
     return embed
 
