@@ -23,6 +23,11 @@ EVALUATION_FOLLOWS_INGEST = "evaluation_follows_ingest"  # the automation sensor
 PROMOTED_INDEX = "promoted_index"
 EVALUATION_GROUP = "evaluation"
 
+# Failure metadata of the evaluation steps meaning "evaluate again" (the candidate or production changed
+# meanwhile), not "blocked": `ctx eval` evaluates once more.
+STALE_EVALUATION = "stale_evaluation"
+BASE_MOVED = "base_moved"
+
 # Jobs.
 INGEST_JOB = "ingest_documents"
 EVALUATE_AND_PROMOTE_JOB = "evaluate_and_promote"

@@ -213,8 +213,9 @@ def evaluate_partitions(store: ChunkStore, embedders: Embedders, gold: GoldSet, 
                   "candidate": cand_rows[t]["first_rank"] if t in cand_rows else None,
                   "status": cand_rows[t]["status"] if t in cand_rows else "lost"} for t in ids]
         graded = [r for r in ranks if r["status"] == "living"]
+        placed = set(ids)
         confusion, spread = section_diagnostics(report, GoldSet(name=gold.name, sha256=gold.sha256, tasks=[
-            t for t in gold.tasks if t.id in set(ids)])) if ids else (None, None)
+            t for t in gold.tasks if t.id in placed])) if ids else (None, None)
         metrics = {"tasks": len(ids), "documents": len(documents),
                    f"candidate_pass_at_{TOP_K}": _share(graded, "candidate"),
                    f"production_pass_at_{TOP_K}": _share(ranks, "production") if run.base else None,

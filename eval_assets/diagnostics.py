@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import random
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["NEAR_DUPLICATE_CAP", "header_diagnostics"]
+from contextual_assets.embedding import Embedder
+
+__all__ = ["HEADER_SAMPLE", "NEAR_DUPLICATE_CAP", "header_diagnostics", "header_sample", "remembered"]
+
+HEADER_SAMPLE = 200  # chunks whose headers the header checks judge: their signals are shares
 
 # Pairwise near-duplicate comparison is quadratic; beyond this many non-empty headers it runs on a
 # deterministic sample of this size (exact duplicates are still found among all headers).
@@ -167,3 +171,31 @@ def header_diagnostics(
     to_text = _cosines(joint_vectors, text_vectors)
     result["header_dominance"] = float(np.mean(to_header > to_text))
     return result
+
+
+def header_sample(chunks: list) -> list:
+    """At most HEADER_SAMPLE chunks, evenly spread (both header checks judge the same ones): embedding every
+    chunk of a large index on a CPU would cost minutes."""
+    if len(chunks) <= HEADER_SAMPLE:
+        return chunks
+    return [chunks[i * len(chunks) // HEADER_SAMPLE] for i in range(HEADER_SAMPLE)]
+
+
+_VECTORS: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+VECTORS_KEPT = 20_000
+
+
+def remembered(model: Embedder) -> Callable[[list[str]], list[list[float]]]:
+    """`model.embed` remembering each text's vector in this process: the two header checks embed the same
+    chunk texts, and evaluations of versions derived from one another share most of them."""
+    def embed(texts: list[str]) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if (model.identity, t) not in _VECTORS]
+        for text, vector in zip(missing, model.embed(missing) if missing else []):
+            _VECTORS[(model.identity, text)] = vector
+        while len(_VECTORS) > VECTORS_KEPT:
+            _VECTORS.popitem(last=False)
+        # A vector evicted by a concurrent caller is embedded again rather than missed.
+        return [_VECTORS[(model.identity, t)] if (model.identity, t) in _VECTORS else model.embed([t])[0]
+                for t in texts]
+
+    return embed

@@ -31,7 +31,6 @@ MAX_OTHER_LANGUAGE_SHARE = 0.2
 MAX_FOREIGN_TITLE_SHARE = 0.2
 MIN_HEADER_FIT = 0.6
 MAX_SAME_HEADER_SHARE = 0.5
-SAMPLE = 200  # headers judged per version: the signals are shares, a sample bounds the embedding cost
 
 _INJECTION = re.compile(
     r"\b(ignore|disregard|forget|override)\b[^.;:]{0,40}\b(chunk|text|passage|context|document|instructions?|"

@@ -13,15 +13,15 @@ import dagster as dg
 from contextual_assets.defs.ingest.partitions import range_run_tags
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.names import (
+    BASE_MOVED,
     CANDIDATE_EVALUATION,
     DOCUMENTS_PARTITIONS,
     EVALUATE_AND_PROMOTE_JOB,
     PROMOTED_INDEX,
     RETRIEVAL_EVAL,
+    STALE_EVALUATION,
 )
 
-# Failure metadata of the evaluation steps that mean "evaluate again", not "blocked".
-STALE_EVALUATION, BASE_MOVED = "stale_evaluation", "base_moved"
 BLOCKING_CHECKS = ("eval_gate", "header_integrity")
 
 

@@ -148,17 +148,23 @@ def test_library_logs_never_reach_stdout(tmp_path, env):
     assert not LOG_LINE.search(search.stdout) and json.loads(search.stdout)
 
 
-def test_two_evaluations_of_one_candidate_both_pass_and_production_moves_once(tmp_path, env, samples_dir):
-    """Two `ctx eval` of the same candidate started together: whichever promotes first, the other ends
-    with exit 0 and "already production" (or evaluates once more after the move), never a failed gate."""
-    from concurrent.futures import ThreadPoolExecutor
-
+def ingested_with_gold(tmp_path, env, samples_dir):
+    """Two sample documents ingested with `ctx ingest`, and a one-task gold file the handbook answers."""
     corpus = tmp_path / "docs"
     copy_into([samples_dir / "employee_handbook.pdf", samples_dir / "rate_limiter.py"], corpus)
     run_ctx(env, "ingest", str(corpus), check=True)
     gold = tmp_path / "gold.jsonl"
     gold.write_text(json.dumps({"query": "hotel limit per night in London",
                                 "evidence": [{"text": "EUR 210 per night in London"}]}) + "\n")
+    return gold
+
+
+def test_two_evaluations_of_one_candidate_both_pass_and_production_moves_once(tmp_path, env, samples_dir):
+    """Two `ctx eval` of the same candidate started together: whichever promotes first, the other ends
+    with exit 0 and "already production" (or evaluates once more after the move), never a failed gate."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    gold = ingested_with_gold(tmp_path, env, samples_dir)
     with ThreadPoolExecutor(2) as pool:
         runs = list(pool.map(lambda _: run_ctx(env, "eval", "--gold", str(gold), "--json"), range(2)))
     for run in runs:
@@ -177,12 +183,7 @@ def test_two_evaluations_of_one_candidate_both_pass_and_production_moves_once(tm
 def test_eval_promote_search_rollback(tmp_path, env, samples_dir):
     import json as _json
 
-    corpus = tmp_path / "docs"
-    copy_into([samples_dir / "employee_handbook.pdf", samples_dir / "rate_limiter.py"], corpus)
-    run_ctx(env, "ingest", str(corpus), check=True)
-    gold = tmp_path / "gold.jsonl"
-    gold.write_text(_json.dumps({"query": "hotel limit per night in London",
-                                 "evidence": [{"text": "EUR 210 per night in London"}]}) + "\n")
+    gold = ingested_with_gold(tmp_path, env, samples_dir)
     evaluated = run_ctx(env, "eval", "--gold", str(gold))
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert "check eval_gate" in evaluated.stdout and "passed" in evaluated.stdout

@@ -5,9 +5,6 @@ after the gate passed, and the `production_freshness` check."""
 
 # No `from __future__ import annotations` here: Dagster (1.13) cannot resolve a string annotation
 # on an asset's `config` parameter to its Config class.
-from collections import OrderedDict
-from collections.abc import Callable
-
 import dagster as dg
 
 from contextual_assets.defs.resources import (
@@ -18,15 +15,20 @@ from contextual_assets.defs.resources import (
     ParsingResource,
     RerankerResource,
 )
-from contextual_assets.embedding import Embedder
 from contextual_assets.errors import AliasMoved
 from contextual_assets.lifecycle.coverage import production_lag
-from contextual_assets.names import CANDIDATE_EVALUATION, DOCUMENTS_PARTITIONS, EVALUATION_GROUP, RETRIEVAL_EVAL
+from contextual_assets.names import (
+    BASE_MOVED,
+    CANDIDATE_EVALUATION,
+    DOCUMENTS_PARTITIONS,
+    EVALUATION_GROUP,
+    RETRIEVAL_EVAL,
+    STALE_EVALUATION,
+)
 from eval_assets.candidate import CandidateEvaluation, EvaluationRefused, EvaluationStale, decide_candidate
 from eval_assets.dashboard import comparison_table, documents_table, metric_metadata, regressions_table
-from eval_assets.diagnostics import header_diagnostics
+from eval_assets.diagnostics import header_diagnostics, header_sample, remembered
 from eval_assets.gold.gold_set import GoldSet
-from eval_assets.header_integrity import SAMPLE as HEADER_SAMPLE
 from eval_assets.header_integrity import header_integrity
 
 from .retrieval_eval import EvaluationConfig, prepare, refusal
@@ -50,16 +52,13 @@ def candidate_evaluation(
     gate: EvalGateResource,
     reranker: RerankerResource,
 ) -> dg.MaterializeResult:
-    run = prepare(config, gate, headers, embedder, parsing, reranker)
-    chunk_store = store.open()
-    if chunk_store.corpus.count_chunks(run.candidate) == 0:
-        raise dg.Failure(description=f"index version {run.candidate} holds no chunks; ingest documents first")
+    run = prepare(config, store, gate, headers, embedder, parsing, reranker)
     partitions = context.instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS)
     try:
-        evaluation = decide_candidate(chunk_store, embedder, run.gold, run.candidate, partitions, gate, run.policy,
+        evaluation = decide_candidate(run.store, embedder, run.gold, run.candidate, partitions, gate, run.policy,
                                       run.exceptions, run.search)
     except EvaluationStale as exc:
-        raise refusal(str(exc), exc, stale_evaluation=True) from None
+        raise refusal(str(exc), exc, **{STALE_EVALUATION: True}) from None
     except EvaluationRefused as exc:
         raise refusal(str(exc), exc.cause) from None
     metadata = evaluation_metadata(evaluation, run.gold, run.policy.mode)
@@ -166,34 +165,6 @@ def gold_hygiene(context: dg.AssetCheckExecutionContext, store: ChunkStoreResour
     )
 
 
-def header_sample(chunks: list) -> list:
-    """At most HEADER_SAMPLE chunks, evenly spread (both header checks judge the same ones): the signals are
-    shares, and embedding every chunk of a large index on a CPU would cost minutes."""
-    if len(chunks) <= HEADER_SAMPLE:
-        return chunks
-    return [chunks[i * len(chunks) // HEADER_SAMPLE] for i in range(HEADER_SAMPLE)]
-
-
-_VECTORS: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
-VECTORS_KEPT = 20_000
-
-
-def remembered(model: Embedder) -> Callable[[list[str]], list[list[float]]]:
-    """`model.embed` remembering each text's vector in this process: the two header checks embed the same
-    chunk texts, and evaluations of versions derived from one another share most of them."""
-    def embed(texts: list[str]) -> list[list[float]]:
-        missing = [t for t in dict.fromkeys(texts) if (model.identity, t) not in _VECTORS]
-        for text, vector in zip(missing, model.embed(missing) if missing else []):
-            _VECTORS[(model.identity, text)] = vector
-        while len(_VECTORS) > VECTORS_KEPT:
-            _VECTORS.popitem(last=False)
-        # A vector evicted by a concurrent caller is embedded again rather than missed.
-        return [_VECTORS[(model.identity, t)] if (model.identity, t) in _VECTORS else model.embed([t])[0]
-                for t in texts]
-
-    return embed
-
-
 @dg.asset_check(asset=candidate_evaluation, name="header_diagnostics",
                 description="Templated or dominating headers in the candidate version.")
 def header_diagnostics_check(context: dg.AssetCheckExecutionContext, store: ChunkStoreResource,
@@ -257,7 +228,7 @@ def promoted_index(context: dg.AssetExecutionContext, store: ChunkStoreResource,
     if list(chunk_store.corpus.revision(candidate)) != run["gate"].get("candidate_revision"):
         raise dg.Failure(description=f"{candidate} changed (ingest wrote to it) after it was evaluated; "
                                      f"{gate.alias} is unchanged: evaluate it again",
-                         metadata={"stale_evaluation": True})
+                         metadata={STALE_EVALUATION: True})
     compared = metadata["production_version"] if metadata["production_version"] != "none" else None
     previous, action = promote(chunk_store, gate.alias, candidate, compared,
                                reason=f"gate passed (eval run {run['run_id']})")
@@ -282,7 +253,7 @@ def promote(chunk_store, alias: str, candidate: str, compared: str | None, reaso
     except AliasMoved as exc:
         if exc.current == candidate:
             return candidate, "already production"
-        raise dg.Failure(description=str(exc), metadata={"base_moved": True}) from None
+        raise dg.Failure(description=str(exc), metadata={BASE_MOVED: True}) from None
 
 
 @dg.asset_check(asset=promoted_index, description="Documents missing from or outdated in the promoted version "

@@ -31,6 +31,7 @@ from contextual_assets.names import (
     RETRIEVAL_EVAL,
 )
 from contextual_assets.settings import active_settings
+from contextual_assets.store import ChunkStore
 from eval_assets.candidate import EvaluationRefused, PartitionEvaluation, evaluate_partitions
 from eval_assets.documents import TOP_K
 from eval_assets.gate import GatePolicy, ReviewedException
@@ -53,6 +54,7 @@ def refusal(description: str, exc: ContextualError, **flags: bool) -> dg.Failure
 class Evaluation:
     """What both evaluation steps read from their config and resources, refused before any search."""
 
+    store: ChunkStore
     gold: GoldSet
     candidate: str
     policy: GatePolicy
@@ -60,8 +62,9 @@ class Evaluation:
     search: dict[str, Any]
 
 
-def prepare(config: EvaluationConfig, gate: EvalGateResource, headers: HeaderSourceResource,
-            embedder: EmbedderResource, parsing: ParsingResource, reranker: RerankerResource) -> Evaluation:
+def prepare(config: EvaluationConfig, store: ChunkStoreResource, gate: EvalGateResource,
+            headers: HeaderSourceResource, embedder: EmbedderResource, parsing: ParsingResource,
+            reranker: RerankerResource) -> Evaluation:
     gold_path = config.gold_path or gate.gold_path or os.environ.get("CTX_GOLD_FILE", "")
     if not gold_path:
         raise dg.Failure(description="no gold file: set CTX_GOLD_FILE or the gold_path run config")
@@ -76,7 +79,10 @@ def prepare(config: EvaluationConfig, gate: EvalGateResource, headers: HeaderSou
                                   "CTX_RERANK_MODEL, or CTX_RERANK_MODEL_DIR")
     except ContextualError as exc:
         raise refusal(str(exc), exc) from None
-    return Evaluation(gold, candidate, policy, exceptions, search)
+    chunk_store = store.open()
+    if chunk_store.corpus.count_chunks(candidate) == 0:
+        raise dg.Failure(description=f"index version {candidate} holds no chunks; ingest documents first")
+    return Evaluation(chunk_store, gold, candidate, policy, exceptions, search)
 
 
 def ranks_table(evaluation: PartitionEvaluation) -> str:
@@ -147,12 +153,9 @@ def build_retrieval_eval(automatic: bool) -> dg.AssetsDefinition:
         gate: EvalGateResource,
         reranker: RerankerResource,
     ):
-        run = prepare(config, gate, headers, embedder, parsing, reranker)
-        chunk_store = store.open()
-        if chunk_store.corpus.count_chunks(run.candidate) == 0:
-            raise dg.Failure(description=f"index version {run.candidate} holds no chunks; ingest documents first")
+        run = prepare(config, store, gate, headers, embedder, parsing, reranker)
         try:
-            evaluations = evaluate_partitions(chunk_store, embedder, run.gold, run.candidate, context.partition_keys,
+            evaluations = evaluate_partitions(run.store, embedder, run.gold, run.candidate, context.partition_keys,
                                               gate, run.policy, run.exceptions, run.search)
         except EvaluationRefused as exc:
             raise refusal(str(exc), exc.cause) from None
