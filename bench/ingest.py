@@ -327,7 +327,7 @@ def fleet_figures(sim: SimFleet, timeline, speeds: tuple[float, ...] = SPEEDS) -
         "preemptions": sum(s.get("preemptions", 0) for s in stats),
         "peak_open_requests": [s.get("peak_open_requests") for s in stats],
         # The most each replica's engine ran at once (10 Hz /metrics samples): requests held beyond it waited.
-        "peak_running": [max((v.get("vllm:num_requests_running", 0) for _, v in timeline.samples.get(s["base_url"], [])),
+        "peak_running": [max((v.get("running", 0) for _, v in timeline.samples.get(s["base_url"], [])),
                              default=0) for s in stats],
         "requests": total,
         # Prompt tokens the replicas prefilled or took from their prefix cache (the fleet's count, every client).
@@ -364,7 +364,7 @@ def idle_figures(timeline) -> dict:
     moves: list[float] = []  # times at which some replica's prompt-token counter had moved
     for samples in timeline.samples.values():
         for (t0, v0), (t1, v1) in zip(samples, samples[1:]):
-            if v1.get("vllm:prompt_tokens", 0) > v0.get("vllm:prompt_tokens", 0):
+            if v1.get("prompt_tokens", 0) > v0.get("prompt_tokens", 0):
                 moves.append(t1)
     rows = timeline.per_second()
     if not moves:
@@ -386,7 +386,7 @@ def idle_time(timeline, start: float, end: float) -> dict:
     for samples in timeline.samples.values():
         for (t0, v0), (t1, _) in zip(samples, samples[1:]):
             lo, hi = max(t0, start), min(t1, end)
-            if hi > lo and v0.get("vllm:num_requests_running", 0) <= 0:
+            if hi > lo and v0.get("running", 0) <= 0:
                 idle += hi - lo
     return {"idle_while_pending_s": round(idle / replicas, 2), "pending_span_s": round(end - start, 2)}
 
@@ -477,7 +477,7 @@ def with_model_floor(result: dict, floor_s: float) -> dict:
 
 
 def run_floor(workdir: Path, time_scale: float, docs, counter, settings, speeds: tuple[float, ...] = SPEEDS) -> dict:
-    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+    from contextual_assets.fleet.metrics_timeline import MetricsSampler
 
     sim = start_fleet(workdir, time_scale, speeds)
     fleet = header_fleet(sim.base_urls)
@@ -535,7 +535,7 @@ def loaded_embedder():
 
 def run_legacy(workdir: Path, time_scale: float, docs, counter, settings, speeds: tuple[float, ...] = SPEEDS) -> dict:
     from contextual_assets.embedding import embed_chunks
-    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+    from contextual_assets.fleet.metrics_timeline import MetricsSampler
     from contextual_assets.headers.context import header_requests
     from contextual_assets.models import DocumentRecord, HeaderedChunk
 
@@ -582,7 +582,7 @@ def run_peer(workdir: Path, time_scale: float, paths: list[Path], docs, counter,
 
     from bench.peers import PEERS, PeerJob
     from contextual_assets.fleet.discovery import ModelDiscovery
-    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+    from contextual_assets.fleet.metrics_timeline import MetricsSampler
 
     embed = EmbedServer(workdir, time_scale)
     embedder = embed.embedder()
@@ -624,7 +624,7 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     import dagster as dg
 
     from bench.sim.deployment import DagsterDeployment, deployment_env
-    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+    from contextual_assets.fleet.metrics_timeline import MetricsSampler
     from contextual_assets.ingest.document_keys import partition_key_for
     from contextual_assets.ingest.inbox import file_sha256
     from contextual_assets.models import SourceRecord
@@ -848,7 +848,7 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
     import dagster as dg
 
     from bench.sim.deployment import DagsterDeployment, deployment_env
-    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+    from contextual_assets.fleet.metrics_timeline import MetricsSampler
     from contextual_assets.store import open_store
 
     root = workdir / f"stream-{time.monotonic_ns()}"
@@ -998,7 +998,7 @@ def run_shared_fleet(workdir: Path, time_scale: float, paths: list[Path], expect
     import dagster as dg
 
     from bench.sim.deployment import deployment_env, seed_dagster_home
-    from contextual_assets.fleet.vllm_metrics import MetricsSampler
+    from contextual_assets.fleet.metrics_timeline import MetricsSampler
     from contextual_assets.store import open_store
 
     root = workdir / f"shared-{time.monotonic_ns()}"
@@ -1083,7 +1083,6 @@ def run_sensor_tick(workdir: Path, paths: list[Path]) -> dict:
     import dagster as dg
 
     from contextual_assets.definitions import build_definitions
-
     from contextual_assets.defs.resources import build_resources
     from contextual_assets.settings import PlatformSettings
 

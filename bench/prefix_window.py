@@ -26,8 +26,8 @@ from bench.report import write_json
 from bench.sim import FleetSimulator, ReplicaSpec
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
 from contextual_assets.fleet.discovery import ModelDiscovery
+from contextual_assets.fleet.metrics_timeline import MetricsSampler
 from contextual_assets.fleet.pool import FleetRequest, HeaderFleet
-from contextual_assets.fleet.vllm_metrics import MetricsSampler
 from contextual_assets.headers.prompt import load_prompt
 
 WINDOWS = (1, 2, 4, 8, 16)

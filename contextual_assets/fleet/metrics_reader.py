@@ -2,8 +2,9 @@
 
 A replica's own count of running and waiting requests includes other processes' requests, so
 processes sharing a fleet see each other's load; each read also adapts the replica's concurrency
-limit (`routing.adapted_limit`: the capacity search) and ends its slow start. A replica without usable metrics (not vLLM,
-or down) is routed on local counts alone and read again after `METRICS_RETRY_S`.
+limit (`routing.adapted_limit`: the capacity search) and ends its slow start. The gauges are the engine's own
+(vLLM, llama.cpp, SGLang or TGI names: `engine_metrics`). A replica without usable metrics (a proxy, a server
+started without them, or down) is routed on local counts alone and read again after `METRICS_RETRY_S`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import httpx
 
 from . import routing
 from .config import FleetConfig
+from .engine_metrics import metrics_url, read_engine_metrics
 from .replica import ReplicaReport, ReplicaState
 from .slots import Slots
-from .vllm_metrics import metrics_url, read_engine_metrics
 
 METRICS_RETRY_S = 10.0  # a replica whose /metrics failed is read again after this
 SLOW_START_READS = 2  # slow start ends by this many reads (0.1 s apart) whatever they show
@@ -74,7 +75,7 @@ class MetricsReader:
                                         headers={"Authorization": f"Bearer {key}"} if key else {})
             response.raise_for_status()
             metrics = read_engine_metrics(response.text)
-        except Exception:  # no metrics (not vLLM, or down): route on local counts alone
+        except Exception:  # no metrics (none published, or down): route on local counts alone
             metrics = None
         if metrics is None:
             self.retry_at[state.url] = now + METRICS_RETRY_S
@@ -92,7 +93,7 @@ class MetricsReader:
                                completed=state.completed,
                                preemptions=metrics.preemptions,
                                work_tokens=float(state.answered_tokens) if local_work else metrics.generation_tokens,
-                               work_is_local=local_work)
+                               work_is_local=local_work, engine=metrics.engine)
         state.limit, state.capacity = routing.adapted_limit(state, report, state.report)
         state.report = report
         if state.slow_start and routing.ends_slow_start(report):

@@ -124,6 +124,11 @@ class HeaderFleet:
     def context_limit(self) -> int | None:
         return self.resolved.context_limit
 
+    def routing_signals(self) -> dict[str, str]:
+        """Per replica, what its load was last read from: the engine's own `/metrics` ("llama.cpp /metrics"),
+        or this process's counts alone ("local counts": no metrics read, or none published)."""
+        return {s.url: f"{s.report.engine} /metrics" if s.report else "local counts" for s in self.replicas}
+
     @property
     def down_since(self) -> float | None:
         """Since when no replica has had a closed breaker (None: one has)."""

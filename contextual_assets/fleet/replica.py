@@ -20,7 +20,7 @@ LATENCY_SAMPLES = 256  # recent answers per replica behind the hedging percentil
 
 @dataclass
 class ReplicaReport:
-    """One read of a replica's `/metrics`: vLLM's view of its own queue, with our count beside it."""
+    """One read of a replica's `/metrics`: the engine's view of its own queue, with our count beside it."""
 
     at: float  # monotonic time of the read
     running: float
@@ -37,6 +37,7 @@ class ReplicaReport:
     # or, when the gauges may lag, the fewest over the lag (see `MetricsReader._read`).
     local_counted: int | None = None
     completed: int = 0  # answers this pool had from the replica by the read (its answer rate between reads)
+    engine: str = "vllm"  # whose metric names the read used (`engine_metrics.DIALECTS`)
 
 
 @dataclass

@@ -52,11 +52,11 @@ def test_wave_batches_keep_order_and_sizes():
 
 def timeline_of(started: float, running: dict[str, list[tuple[float, float]]]):
     """A sampled /metrics timeline: per replica, (time, running) samples."""
-    from contextual_assets.fleet.vllm_metrics import MetricsTimeline
+    from contextual_assets.fleet.metrics_timeline import MetricsTimeline
 
     timeline = MetricsTimeline(started=started)
     for replica, samples in running.items():
-        timeline.samples[replica] = [(t, {"vllm:num_requests_running": n}) for t, n in samples]
+        timeline.samples[replica] = [(t, {"running": n}) for t, n in samples]
     return timeline
 
 

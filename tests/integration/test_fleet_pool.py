@@ -15,12 +15,12 @@ from bench.sim import FleetSimulator, ReplicaSpec
 from contextual_assets.errors import ConfigurationError, HeaderGenerationError
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
 from contextual_assets.fleet.discovery import ModelDiscovery
+from contextual_assets.fleet.metrics_timeline import MetricsSampler
 from contextual_assets.fleet.pool import (
     FleetRequest,
     FleetUnavailableError,
     HeaderFleet,
 )
-from contextual_assets.fleet.vllm_metrics import MetricsSampler
 from contextual_assets.headers.base import HeaderRequest
 from contextual_assets.headers.openai_source import OpenAIHeaderSource
 from contextual_assets.headers.prompt import load_prompt

@@ -9,7 +9,6 @@ from contextual_assets.errors import ConfigurationError
 from contextual_assets.fleet.breaker import CircuitBreaker
 from contextual_assets.fleet.config import FleetConfig
 from contextual_assets.fleet.discovery import ModelDiscovery, ServedModel
-from contextual_assets.fleet.vllm_metrics import parse_vllm_metrics
 from contextual_assets.headers.base import HeaderRequest
 from contextual_assets.headers.budget import ChunkTooLargeError, fit_prompt
 from contextual_assets.headers.cache_key import header_cache_key
@@ -237,21 +236,6 @@ def test_cache_key_changes_with_every_part():
     assert header_cache_key("org/weights-v1", *base[1:]) != header_cache_key("org/weights-v2", *base[1:])
 
 
-def test_parse_vllm_metrics():
-    text = (
-        "# TYPE vllm:prompt_tokens_total counter\n"
-        'vllm:prompt_tokens_total{model_name="m"} 1200.0\n'
-        "# TYPE vllm:generation_tokens_total counter\n"
-        'vllm:generation_tokens_total{model_name="m"} 50.0\n'
-        "# TYPE vllm:num_requests_running gauge\n"
-        'vllm:num_requests_running{model_name="m"} 3.0\n'
-        "# TYPE vllm:num_requests_waiting gauge\n"
-        'vllm:num_requests_waiting{model_name="m"} 1.0\n'
-    )
-    assert parse_vllm_metrics(text) == {"vllm:prompt_tokens": 1200.0, "vllm:generation_tokens": 50.0,
-                                        "vllm:num_requests_running": 3.0, "vllm:num_requests_waiting": 1.0}
-
-
 def test_no_ceiling_by_default_and_zero_means_none():
     assert FleetConfig.load(base_urls="http://a:8000").replicas[0].max_in_flight is None
     assert FleetConfig.load(base_urls="http://a:8000", max_in_flight=0).replicas[0].max_in_flight is None
@@ -259,7 +243,7 @@ def test_no_ceiling_by_default_and_zero_means_none():
 
 
 def test_engine_metrics_of_a_data_parallel_replica_are_read_per_engine():
-    from contextual_assets.fleet.vllm_metrics import read_engine_metrics
+    from contextual_assets.fleet.engine_metrics import read_engine_metrics, read_metric_values
 
     # Two engines behind one port, each at 50 % KV (as vLLM labels them with --data-parallel-size 2).
     text = (
@@ -284,7 +268,7 @@ def test_engine_metrics_of_a_data_parallel_replica_are_read_per_engine():
     assert (metrics.running, metrics.waiting, metrics.engines) == (78.0, 2.0, 2)
     assert metrics.kv_usage == 0.5  # not 1.0: two half-full engines are not a full replica
     assert (metrics.preemptions, metrics.generation_tokens) == (4.0, 1200.0)
-    assert parse_vllm_metrics(text)["vllm:kv_cache_usage_perc"] == 0.5
+    assert read_metric_values(text)["kv_usage"] == 0.5
     # The KV cut is not tripped by it.
     from contextual_assets.fleet import routing
     from contextual_assets.fleet.breaker import CircuitBreaker
@@ -297,7 +281,7 @@ def test_engine_metrics_of_a_data_parallel_replica_are_read_per_engine():
     read = ReplicaReport(at=1.0, running=metrics.running, waiting=metrics.waiting, kv_usage=metrics.kv_usage,
                          local_in_flight=0)
     assert routing.adapted_limit(state, read, None)[0] == 80
-    # A server that does not publish vLLM's gauges has no engine metrics.
+    # A server that publishes no known engine's gauges has no engine metrics.
     assert read_engine_metrics("# TYPE other gauge\nother 1.0\n") is None
 
 

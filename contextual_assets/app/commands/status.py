@@ -52,8 +52,9 @@ def _print_versions(status: DeploymentStatus) -> None:
 def _print_fleet(status: DeploymentStatus) -> None:
     for replica in status.fleet or []:
         if replica["reachable"]:
-            load = (f"  running {replica['running']:g} waiting {replica['waiting']:g}"
-                    if replica["running"] is not None and replica["waiting"] is not None else "")
+            # Routed on the engine's own gauges when its /metrics names one, else on this process's counts.
+            load = (f"  {replica['engine']} /metrics: running {replica['running']:g} waiting {replica['waiting']:g}"
+                    if replica["engine"] else "  no engine /metrics: routed on local counts")
             print(f"{'fleet':{_WIDTH}s} {replica['base_url']}  up  {', '.join(replica['models']) or 'no models'}{load}")
         else:
             print(f"{'fleet':{_WIDTH}s} {replica['base_url']}  DOWN  {replica['error']}")

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from contextual_assets.fleet.metrics_timeline import MetricsSampler, MetricsTimeline
 from contextual_assets.fleet.routing import concurrency_limit
-from contextual_assets.fleet.vllm_metrics import MetricsSampler, MetricsTimeline
 from contextual_assets.headers.openai_source import HeaderRunStats, OpenAIHeaderSource
 from contextual_assets.ingest.pipeline import DocumentJob, mean_header_words
 from contextual_assets.ingest.run_plan import RunPlan
@@ -45,7 +45,7 @@ class HeaderMetadata:
         if isinstance(source, OpenAIHeaderSource) and stats is not None:
             metadata.update(fleet_metadata(source, stats))
         if self.sampler is not None:
-            # vLLM /metrics while this document's headers were generated, one row per second.
+            # The replicas' /metrics while this document's headers were generated, one row per second.
             metadata["fleet_timeline"] = dg.MetadataValue.json(
                 timeline_window(self.sampler.timeline, job.headers_started, job.headers_finished))
         first = next((r.header for r in job.headers if r is not None and r.header), "")
@@ -67,4 +67,6 @@ def fleet_metadata(source: OpenAIHeaderSource, stats: HeaderRunStats) -> dict:
     summary = stats.summary()
     return {"served_model": source.model, "model_revision": source.revision or "unpinned", **summary,
             "replica_share": dg.MetadataValue.json(summary["replica_share"]),
+            # Load-aware routing needs the engine's own gauges (vLLM, llama.cpp, SGLang, TGI names).
+            "routed_on": dg.MetadataValue.json(source.fleet.routing_signals()),
             "context_limit": source.fleet.context_limit or 0}

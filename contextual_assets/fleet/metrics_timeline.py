@@ -1,0 +1,86 @@
+"""Sampling replicas' `/metrics` during a run into a per-second timeline (engine-neutral figures:
+`engine_metrics.read_metric_values`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from .engine_metrics import metrics_url, read_metric_values
+
+
+@dataclass
+class MetricsTimeline:
+    """Samples per replica: (monotonic time, metric values)."""
+
+    started: float
+    samples: dict[str, list[tuple[float, dict[str, float]]]] = field(default_factory=dict)
+
+    def per_second(self) -> list[dict]:
+        """One row per second since start: prompt/generation token deltas summed over replicas, and
+        running/waiting requests at the end of the second."""
+        rows: dict[int, dict] = {}
+        for replica, samples in list(self.samples.items()):  # copies: the sampler may be appending
+            previous: dict[str, float] | None = None
+            for t, values in list(samples):
+                second = int(t - self.started)
+                row = rows.setdefault(second, {"t": second, "prompt_tokens": 0.0, "generation_tokens": 0.0,
+                                               "running": {}, "waiting": {}})
+                if previous is not None:
+                    row["prompt_tokens"] += values.get("prompt_tokens", 0) - previous.get("prompt_tokens", 0)
+                    row["generation_tokens"] += (values.get("generation_tokens", 0)
+                                                 - previous.get("generation_tokens", 0))
+                row["running"][replica] = values.get("running", 0)
+                row["waiting"][replica] = values.get("waiting", 0)
+                previous = values
+        out = []
+        for second in sorted(rows):
+            row = rows[second]
+            out.append({"t": row["t"], "prompt_tokens": row["prompt_tokens"],
+                        "generation_tokens": row["generation_tokens"],
+                        "running": sum(row["running"].values()), "waiting": sum(row["waiting"].values())})
+        return out
+
+
+class MetricsSampler:
+    """Polls every replica's /metrics every `interval_s` in a background thread."""
+
+    def __init__(self, base_urls: list[str], interval_s: float = 0.1, timeout_s: float = 1.0):
+        self.urls = {u: metrics_url(u) for u in base_urls}
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.timeline = MetricsTimeline(started=time.monotonic())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="metrics-sampler", daemon=True)
+
+    def start(self) -> "MetricsSampler":
+        self.timeline = MetricsTimeline(started=time.monotonic())
+        self._thread.start()
+        return self
+
+    def __enter__(self) -> "MetricsSampler":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> MetricsTimeline:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        return self.timeline
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=self.timeout_s) as client:
+            while not self._stop.is_set():
+                tick = time.monotonic()
+                for base, url in self.urls.items():
+                    try:
+                        values = read_metric_values(client.get(url).text)
+                    except Exception:  # a dead replica has no metrics; its timeline just has a gap
+                        continue
+                    self.timeline.samples.setdefault(base, []).append((time.monotonic(), values))
+                self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - tick)))
