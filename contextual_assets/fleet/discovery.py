@@ -62,9 +62,17 @@ def fetch_models(base_url: str, api_key: str | None, timeout_s: float = 10.0) ->
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     response = httpx.get(f"{base_url}/models", headers=headers, timeout=timeout_s)
     response.raise_for_status()
+    return served_models(response.json())
+
+
+def served_models(answer: dict) -> list[ServedModel]:
+    """The models in a `/v1/models` answer, with each one's context length where the server says it."""
     models = []
-    for item in response.json().get("data", []):
-        length = item.get("max_model_len")
+    for item in answer.get("data", []):
+        # vLLM: max_model_len. llama.cpp's llama-server: meta.n_ctx, the context of one slot (-c over -np),
+        # the most one request can hold (not n_ctx_train, what the weights were trained on).
+        meta = item.get("meta") if isinstance(item.get("meta"), dict) else {}
+        length = item.get("max_model_len") or meta.get("n_ctx")
         root, parent = item.get("root"), item.get("parent")
         models.append(ServedModel(id=str(item.get("id", "")), max_model_len=int(length) if length else None,
                                   root=str(root) if root else None, parent=str(parent) if parent else None))

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import ConfigurationError
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
-DEFAULT_PROMPT = "header_v1"
+DEFAULT_PROMPT = "header_v2"
 
 
 def escape_data(text: str) -> str:

@@ -7,7 +7,13 @@ from difflib import SequenceMatcher
 
 from ..errors import HeaderGenerationError
 
-_SENTENCE_END = re.compile(r"[.!?。؟](?:\s|$)")
+# A sentence ends at . ! ? (or their CJK/Arabic forms) before a space or the end, but not after a common
+# abbreviation ("e.g. the fee", "Sec. 4", "Dr. Smith"): those are one sentence.
+_SENTENCE_END = re.compile(
+    r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)(?<!\bSec)(?<!\bsec)(?<!\bFig)(?<!\bNo)(?<!\bno)(?<!\bDr)(?<!\bMr)"
+    r"(?<!\bSt)[.!?。؟](?:\s|$)")
+_WORD = re.compile(r"\w+")
+REPEAT_JACCARD = 0.7  # a second sentence sharing this share of its words with the first says nothing new
 # The prompt's own markup: its opening tags with their attributes, its closing tags, or document
 # text as the prompt escapes it. A header holding one is the model echoing its prompt (or a
 # document's instructions), never a description of the passage. (A bare "<chunk>" in an otherwise
@@ -23,7 +29,10 @@ class HeaderValidationError(HeaderGenerationError):
 
 
 def clean_header(raw: str) -> str:
-    text = raw.strip().strip('"').strip()
+    # A header is one paragraph: an answer ends at its first blank line (small models go on with
+    # markup, references or another answer after it).
+    text = re.split(r"\n\s*\n", raw.strip(), maxsplit=1)[0]
+    text = text.strip().strip('"').strip()
     # Small models like to prefix their answer; strip common lead-ins.
     text = re.sub(r"^(?:header|answer|context|sentence)\s*:\s*", "", text, flags=re.IGNORECASE)
     return " ".join(text.split())
@@ -38,11 +47,26 @@ def leading_sentences(text: str, max_sentences: int = 2) -> str:
     return text[: ends[min(max_sentences, len(ends)) - 1]].strip()
 
 
+def _sentences(text: str) -> list[str]:
+    starts = [0] + [m.end() for m in _SENTENCE_END.finditer(text + " ")]
+    return [text[a:b].strip() for a, b in zip(starts, starts[1:]) if text[a:b].strip()]
+
+
+def repeats_itself(text: str) -> bool:
+    """Its second sentence says the first again (small models loop: "It is about X. It is about X.")."""
+    sentences = _sentences(text)
+    if len(sentences) < 2:
+        return False
+    first, second = ({w.lower() for w in _WORD.findall(s)} for s in sentences[:2])
+    return bool(first and second) and len(first & second) / len(first | second) >= REPEAT_JACCARD
+
+
 def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_tokens, salvage: bool = False) -> str:
     """Return the cleaned header or raise HeaderValidationError with the reason.
 
-    With `salvage`, an answer that is too long or has too many sentences is cut to its leading
-    complete sentences when those pass every check; an answer with no complete sentence is not.
+    With `salvage`, an answer that is too long, has too many sentences or repeats its first sentence is
+    cut to its leading complete sentences when those pass every check; an answer with no complete
+    sentence is not.
     """
     text = clean_header(header)
     if not text:
@@ -50,6 +74,8 @@ def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_toke
     if salvage:
         for sentences in (2, 1):
             candidate = leading_sentences(text, sentences)
+            if sentences == 2 and repeats_itself(candidate):
+                continue
             if candidate and count_tokens(candidate) <= max_tokens:
                 if candidate != text:
                     text = candidate
@@ -62,6 +88,8 @@ def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_toke
     sentences = len(_SENTENCE_END.findall(text + " "))
     if sentences > 2:
         raise HeaderValidationError(f"header has {sentences} sentences; one or two are allowed")
+    if repeats_itself(text):
+        raise HeaderValidationError("header repeats its first sentence")
     normalised_chunk = " ".join(chunk_text.split()).lower()
     normalised_header = text.lower()
     if len(normalised_header) >= 30 and normalised_header in normalised_chunk:

@@ -178,7 +178,7 @@ def test_structured_batching_and_fallback():
         results = source.generate(chunk_requests(8))
         assert len(results) == 8 and all(r.header for r in results)
         assert source.last_stats.batch_requests == 2 and source.last_stats.batch_fallbacks == 0
-        assert source.identity["prompt_version"] == "header-v1+header-batch-v1/k4"
+        assert source.identity["prompt_version"] == "header-v2+header-batch-v1/k4"
         sim.set_faults(0, malformed="bad_json")
         sim.set_faults(1, malformed="bad_json")
         results = source.generate(chunk_requests(8))

@@ -30,7 +30,7 @@ def test_openai_source_against_llama_cpp(llama_server, samples_dir):
         assert source.model == "smollm2-135m-instruct", "discovered from /v1/models"
         assert fleet.context_limit is None, "llama.cpp does not report max_model_len"
         assert source.identity == {"header_source": "openai", "header_model": "smollm2-135m-instruct",
-                                   "prompt_version": "header-v1"}
+                                   "prompt_version": "header-v2"}
         doc = parse_document("n", samples_dir / "release_notes.txt", counter, chunk_tokens=120, max_bytes=10**8,
                              max_pdf_pages=10)
         requests = header_requests(doc, counter, 400)[:3]

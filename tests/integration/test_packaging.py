@@ -24,7 +24,7 @@ def test_wheel_holds_the_product_packages_and_their_data_only(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top_level == {"contextual_assets", "eval_assets"}
-    for data in ("contextual_assets/prompts/header_v1.txt", "contextual_assets/samples/gold.jsonl",
+    for data in ("contextual_assets/prompts/header_v2.txt", "contextual_assets/samples/gold.jsonl",
                  "contextual_assets/samples/corpus/rate_limiter.py", "contextual_assets/samples/corpus/release_notes.txt",
                  "contextual_assets/samples/pdfs/01_supply_agreement.yaml"):
         assert data in names, data

@@ -85,3 +85,17 @@ def test_a_llama_server_with_deferred_requests_backs_off_like_a_queueing_vllm():
         # Two reads in a row with requests waiting at the server: the limit is what it runs, plus a short queue.
         limits[name] = routing.adapted_limit(state(), reads[1], reads[0])[0]
     assert limits == {"llama_cpp": 4 + routing.QUEUE_MIN, "vllm": 21 + routing.QUEUE_MIN}
+
+
+def test_a_llama_server_context_length_is_its_slot_context():
+    """llama-server's /v1/models (captured: -c 8192 -np 4) says one slot holds 2048 tokens: the request budget."""
+    from contextual_assets.fleet.discovery import served_models
+
+    answer = {"object": "list", "data": [{
+        "id": "smollm2-135m-instruct", "aliases": ["smollm2-135m-instruct"], "object": "model", "owned_by": "llamacpp",
+        "meta": {"vocab_type": 2, "n_vocab": 49152, "n_ctx": 2048, "n_ctx_train": 8192, "n_embd": 576,
+                 "n_params": 134515008, "size": 96576768, "ftype": "Q4_1"}}]}
+    (model,) = served_models(answer)
+    assert (model.id, model.max_model_len, model.weights) == ("smollm2-135m-instruct", 2048, "smollm2-135m-instruct")
+    vllm = {"data": [{"id": "qwen", "max_model_len": 32768, "root": "Qwen/Qwen2.5-3B-Instruct"}]}
+    assert served_models(vllm)[0].max_model_len == 32768

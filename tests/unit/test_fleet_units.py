@@ -225,7 +225,7 @@ def test_chunk_that_cannot_fit_alone_is_a_clear_error():
 
 
 def test_cache_key_changes_with_every_part():
-    base = ("m", "rev1", "header-v1", "context", "hash")
+    base = ("m", "rev1", "header-v2", "context", "hash")
     keys = {header_cache_key(*base)}
     for index in range(5):
         changed = list(base)

@@ -39,7 +39,7 @@ def test_a_pinned_model_names_the_version_by_its_weights_without_a_pool(monkeypa
     assert version.startswith("iv-") and not pool._FLEETS
     assert calls == ["http://127.0.0.1:9/v1"], "the pin is checked against /v1/models"
     assert headers.identity() == {"header_source": "openai", "header_model": "Qwen/Qwen2.5-3B-Instruct@r2",
-                                  "prompt_version": "header-v1"}
+                                  "prompt_version": "header-v2"}
     other = current_index_version(headers.model_copy(update={"revision": "r3"}), EmbedderResource(), ParsingResource())
     assert other != version
     # The same pinned name over other weights is another index version.
@@ -64,7 +64,7 @@ def test_identity_matches_the_built_source_for_a_discovered_model(monkeypatch):
     identity = headers.identity()
     assert not pool._FLEETS
     assert identity["header_model"] == "Qwen/Qwen2.5-3B-Instruct", "the weights, not the served name"
-    assert identity["prompt_version"] == "header-v1+header-batch-v1/k4"
+    assert identity["prompt_version"] == "header-v2+header-batch-v1/k4"
     # The source a run builds (with its request pool) reports the same identity.
     source = headers.build(token_counter())
     try:
