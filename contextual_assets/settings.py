@@ -64,6 +64,8 @@ class PlatformSettings(BaseSettings):
     llm_context_limit: int = Field(0, ge=0, description="a token count >= 0 (0: max_model_len from /v1/models)")
     llm_batch_size: int = Field(1, ge=1, le=32, description="chunks per request, 1 to 32")
     llm_sample_metrics: bool = Field(False, description="true or false")
+    llm_fallback_share: float = Field(0.05, ge=0, le=1, description="a share from 0 to 1 of a document's chunks that "
+                                      "may get a structural header when the model gives no valid one (0: none)")
     llm_api_key_env: str = Field("CTX_LLM_API_KEY", description="the name of the variable that holds the API key")
     llm_max_in_flight: int = Field(0, ge=0, description="a ceiling on requests in flight per replica, an integer "
                                                         ">= 0 (0: none; each replica's useful concurrency is found "

@@ -175,7 +175,8 @@ Faults (``FaultConfig``; construction, ``FleetSimulator.set_faults`` or ``POST /
 * ``malformed`` in {"empty", "overlong", "echo", "copy", "bad_json"} with ``malformed_rate``:
   empty content; a run-on text of 400 words with no sentence end (cut by max_tokens, finish_reason
   "length"); the last user message echoed back; (extra) the chunk text copied verbatim; invalid JSON
-  (in any mode);
+  (in any mode); with ``malformed_match`` only requests whose chunk text holds that string (a model
+  that fails on one passage);
 * draws are made from a per-replica ``random.Random(seed)``, in arrival order: the sequence of
   outcomes is deterministic for a given seed, which request gets which depends on arrival order.
 
@@ -273,6 +274,8 @@ class FaultConfig:
     restart_at_s: float | None = None
     malformed: str | None = None  # one of MALFORMED_MODES
     malformed_rate: float = 1.0
+    # With `malformed`: only requests whose chunk text holds this (a model that fails on one passage)
+    malformed_match: str | None = None
     slowdown: float = 1.0  # every engine cost of the replica times this (a degraded GPU), from the next step
     seed: int | None = None  # None: the fleet seed + the replica index
 
@@ -1007,7 +1010,8 @@ class Replica:
         title = title_match.group(1) if title_match else None
         f = self.faults
         malformed = None
-        if f.malformed is not None and f.malformed_rate > 0 and self.rng.random() < f.malformed_rate:
+        matches = f.malformed_match is None or any(f.malformed_match in c.group("body") for c in chunks)
+        if f.malformed is not None and matches and f.malformed_rate > 0 and self.rng.random() < f.malformed_rate:
             malformed = f.malformed
             self.acct["malformed_injected"] += 1
 

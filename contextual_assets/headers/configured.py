@@ -52,13 +52,15 @@ class HeaderConfig(BaseModel):
     request_timeout_s: float = _fleet_default("request_timeout_s")
     max_attempts: int = _fleet_default("max_attempts")
     sample_metrics: bool = _default("llm_sample_metrics")  # sample replicas' /metrics into a per-run timeline
+    fallback_share: float = _default("llm_fallback_share")  # chunks per document that may fall back to structural
 
     # Field <- the setting that sets it (the others keep their defaults).
     SETTINGS: ClassVar[dict[str, str]] = {
         "source": "header_source", "base_urls": "llm_base_urls", "fleet_file": "llm_fleet_file",
         "model": "llm_model", "revision": "llm_revision", "allow_mixed_models": "llm_allow_mixed_models",
         "context_limit": "llm_context_limit", "batch_size": "llm_batch_size", "sample_metrics": "llm_sample_metrics",
-        "api_key_env": "llm_api_key_env", "max_in_flight": "llm_max_in_flight", "context_tokens": "context_tokens"}
+        "api_key_env": "llm_api_key_env", "max_in_flight": "llm_max_in_flight", "context_tokens": "context_tokens",
+        "fallback_share": "llm_fallback_share"}
 
     def resolved_source(self) -> tuple[str, str | None]:
         """(source, warning): the source that will run and why, when `auto` had to choose."""
@@ -112,14 +114,14 @@ class HeaderConfig(BaseModel):
         if source == "none":
             return NoHeaderSource()
         return openai_header_source(self.fleet_config(), self.prompt, self.batch_prompt, self.max_header_tokens,
-                                    counter, store)
+                                    counter, store, fallback_share=self.fallback_share)
 
     def recipe(self, source: HeaderSource) -> dict:
         """How to build `source` again (recorded with each index version it builds): the fleet with its
         served name, the prompts and budgets. API keys stay in their variables."""
         recipe: dict = {"source": source.identity["header_source"], "prompt": self.prompt,
                         "batch_prompt": self.batch_prompt, "max_header_tokens": self.max_header_tokens,
-                        "context_tokens": self.context_tokens}
+                        "context_tokens": self.context_tokens, "fallback_share": self.fallback_share}
         if isinstance(source, OpenAIHeaderSource):
             recipe["fleet"] = source.fleet.config.model_dump(mode="json", exclude={"model"})
             recipe["served_model"] = source.fleet.model
@@ -131,12 +133,12 @@ class HeaderConfig(BaseModel):
 
 
 def openai_header_source(config: FleetConfig, prompt: str, batch_prompt: str, max_header_tokens: int,
-                         counter: TokenCounter, store: ChunkStore | None = None) -> OpenAIHeaderSource:
+                         counter: TokenCounter, store: ChunkStore | None = None,
+                         fallback_share: float = _default("llm_fallback_share")) -> OpenAIHeaderSource:
     """Headers from the fleet `config` describes (its process-wide pool), with the named prompts."""
     batch = load_prompt(batch_prompt) if config.batch_size > 1 else None
     return OpenAIHeaderSource(
         get_fleet(config), load_prompt(prompt), counter, header_cache=store.header_cache if store is not None else None,
-                              max_output_tokens=config.max_output_tokens,
-        max_header_tokens=max_header_tokens, batch_size=config.batch_size, batch_prompt=batch,
-        revision=config.revision,
+        max_output_tokens=config.max_output_tokens, max_header_tokens=max_header_tokens, batch_size=config.batch_size,
+        batch_prompt=batch, revision=config.revision, fallback_share=fallback_share,
     )

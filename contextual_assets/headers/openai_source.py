@@ -23,6 +23,7 @@ from .base import HeaderRequest, HeaderResult, HeaderSource
 from .budget import FittedPrompt, estimate_tokens, fit_prompt
 from .cache_key import header_cache_key
 from .prompt import PromptTemplate, escape_data
+from .structural import StructuralHeaderSource
 from .validation import validate_header
 
 CACHE_FLUSH_EVERY = 16
@@ -47,6 +48,7 @@ class HeaderRunStats(FleetCounters):
     batch_requests: int = 0
     batch_fallbacks: int = 0
     cache_hits: int = 0
+    fallbacks: int = 0  # chunks the model gave no valid header: structural header instead, never cached
     prompt_tokens: int = 0
     completion_tokens: int = 0
     trimmed_contexts: int = 0
@@ -76,8 +78,8 @@ class HeaderRunStats(FleetCounters):
 
 
 # What `HeaderRunStats.summary` reports, in this order.
-SUMMARY_COUNTS = ("requests", "batch_requests", "batch_fallbacks", "cache_hits", "retries", "failovers", "hedges",
-                  "hedge_wins", "prompt_tokens", "completion_tokens", "trimmed_contexts")
+SUMMARY_COUNTS = ("requests", "batch_requests", "batch_fallbacks", "cache_hits", "fallbacks", "retries", "failovers",
+                  "hedges", "hedge_wins", "prompt_tokens", "completion_tokens", "trimmed_contexts")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -118,6 +120,7 @@ class OpenAIHeaderSource(HeaderSource):
         batch_prompt: PromptTemplate | None = None,
         revision: str = "",
         token_safety: float = 1.2,
+        fallback_share: float = 0.0,
     ):
         if batch_size > 1 and batch_prompt is None:
             raise HeaderGenerationError("structured batching needs a batch prompt template")
@@ -131,6 +134,10 @@ class OpenAIHeaderSource(HeaderSource):
         self.batch_size = batch_size
         self.revision = revision
         self.token_safety = token_safety
+        # A chunk the model gives no valid header in every attempt gets the structural header (title,
+        # section, page), counted, while at most this share of a document's chunks do; past it the model
+        # is not answering the prompt and the document fails with the reason.
+        self.fallback_share = fallback_share
         self.last_stats = HeaderRunStats()
 
     @property
@@ -241,10 +248,18 @@ class OpenAIHeaderSource(HeaderSource):
         stats.cache_hits = sum(1 for r in results if r is not None)
         pending = [i for i, r in enumerate(results) if r is None]
         futures = self._submit(pending, requests, fitted, stats)
-        errors = self._collect(futures, requests, fitted, keys, results, stats, on_result, cancel)
+        tolerated = int(self.fallback_share * len(requests))
+        errors = self._collect(futures, requests, fitted, keys, results, stats, on_result, cancel, tolerated)
         stats.wall_s = time.monotonic() - started
-        if errors:
-            raise HeaderGenerationError(f"{len(errors)} of {len(requests)} chunks got no valid header; first: {errors[0]}")
+        if len(errors) > tolerated:
+            raise HeaderGenerationError(f"{len(errors)} of {len(requests)} chunks got no valid header (at most "
+                                        f"{tolerated} may fall back, CTX_LLM_FALLBACK_SHARE); first: {errors[0]}")
+        for index, result in enumerate(results):
+            if result is None:
+                (results[index],) = StructuralHeaderSource().generate([requests[index]])
+                stats.fallbacks += 1
+                if on_result is not None:
+                    on_result(index, results[index])
         return [r for r in results if r is not None], stats
 
     def _cached(self, keys: list[str], on_result: Callable[[int, HeaderResult], None] | None,
@@ -283,8 +298,9 @@ class OpenAIHeaderSource(HeaderSource):
     def _collect(self, futures: dict[concurrent.futures.Future, list[int]], requests: list[HeaderRequest],
                  fitted: list[FittedPrompt], keys: list[str], results: list[HeaderResult | None],
                  stats: HeaderRunStats, on_result: Callable[[int, HeaderResult], None] | None,
-                 cancel: threading.Event | None) -> list[str]:
-        """Fill `results` from the fleet's answers as they arrive, caching them; the chunks' errors."""
+                 cancel: threading.Event | None, tolerated: int = 0) -> list[str]:
+        """Fill `results` from the fleet's answers as they arrive, caching them; the chunks' errors (past
+        `tolerated` of them the document fails: its later headers are no longer reported)."""
         errors: list[str] = []
         to_cache: list[tuple[str, str, str]] = []
         waiting = set(futures)
@@ -312,7 +328,7 @@ class OpenAIHeaderSource(HeaderSource):
                     for index, header in _header_results(result, indices).items():
                         results[index] = header
                         to_cache.append((keys[index], header.header, result.model))
-                        if on_result is not None and not errors:
+                        if on_result is not None and len(errors) <= tolerated:
                             on_result(index, header)
                 # Cache as results arrive: a crash mid-document re-spends no call on finished chunks.
                 if self.header_cache is not None and (len(to_cache) >= CACHE_FLUSH_EVERY or not waiting):

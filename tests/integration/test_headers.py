@@ -191,3 +191,42 @@ def test_ingest_with_openai_headers_through_dagster(llama_server, tmp_path, sett
     assert metadata["prompt_tokens"].value > 0 and metadata["requests"].value >= 1
     (chunk,) = store.corpus.chunks(metadata["index_version"].value)
     assert chunk.header_source == "openai" and chunk.header
+
+
+def test_a_chunk_the_model_never_answers_falls_back_to_its_structural_header(tmp_path):
+    """A model that fails on one passage (the simulator echoes the prompt for requests holding it): that
+    chunk alone gets its structural header, counted and never cached, while at most CTX_LLM_FALLBACK_SHARE of
+    the document's chunks do; with none allowed, the document fails naming the chunk."""
+    from bench.sim import FleetSimulator
+    from contextual_assets.headers.structural import structural_header
+    from contextual_assets.store import open_store
+
+    counter = token_counter()
+    note = tmp_path / "handbook.md"
+    note.write_text("# Handbook\n\n" + "\n\n".join(
+        f"## Rule {i}\n\nRule {i} says the dock crew checks seal {i} twice and logs it in book {i}." for i in range(24)))
+    doc = parse_document("handbook.md", note, counter, chunk_tokens=40, max_bytes=10**6, max_pdf_pages=1)
+    requests = header_requests(doc, counter, 200)
+    assert len(requests) >= 20
+    failing = requests[7].chunk
+    store = open_store(None, tmp_path / "index.duckdb")
+    with FleetSimulator(1, time_scale=0.01) as sim:
+        sim.set_faults(0, malformed="echo", malformed_match=failing.text.split("\n")[-1])
+        fleet = make_fleet(sim.base_urls, max_attempts=2)
+        try:
+            strict = OpenAIHeaderSource(fleet, load_prompt(), counter, header_cache=None)
+            with pytest.raises(HeaderGenerationError, match="1 of .* chunks got no valid header"):
+                strict.generate(requests)
+            source = OpenAIHeaderSource(fleet, load_prompt(), counter, header_cache=store.header_cache,
+                                        fallback_share=0.05)
+            results, stats = source.stream_with_stats(requests)
+            # Cached: every answered header, never the fallback (a later run asks the model for it again).
+            _, again = source.stream_with_stats(requests)
+        finally:
+            fleet.close()
+    assert stats.fallbacks == 1 and stats.summary()["fallbacks"] == 1
+    assert results[7].source == "structural"
+    assert results[7].header == structural_header(failing.title, failing.section_path, failing.text, failing.page_start)
+    assert all(r.source == "openai" for i, r in enumerate(results) if i != 7)
+    assert stats.cache_hits == 0 and again.cache_hits == len(requests) - 1
+    assert again.fallbacks == 1 and again.per_replica == {}  # asked again, failed again, no answer counted
