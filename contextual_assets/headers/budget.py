@@ -8,6 +8,7 @@ the estimate fits; a chunk that cannot fit alone is a per-chunk error.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from contextual_assets.parsing.tokens import TokenCounter
@@ -17,6 +18,15 @@ from .base import HeaderRequest
 from .prompt import PromptTemplate
 
 MESSAGE_OVERHEAD_TOKENS = 16  # chat template tokens per request (role markers, BOS/EOS)
+# The context length a server states when it refuses a prompt: vLLM ("maximum context length is 4096
+# tokens"), llama-server (its error's "n_ctx": 2048).
+_LIMIT_IN_REFUSAL = re.compile(r"maximum context length is (\d+)|\"n_ctx\"\s*:\s*(\d+)")
+
+
+def context_limit_in(refusal: str) -> int | None:
+    """The context length a server's "prompt too long" answer names, if it names one."""
+    found = _LIMIT_IN_REFUSAL.search(refusal)
+    return int(found.group(1) or found.group(2)) if found else None
 
 
 class ChunkTooLargeError(HeaderGenerationError):

@@ -17,16 +17,20 @@ from contextual_assets.parsing.tokens import TokenCounter
 
 from ..errors import HeaderGenerationError
 from ..fleet.pool import HeaderFleet
-from ..fleet.types import FleetCounters, FleetRequest, FleetResult
+from ..fleet.types import FleetCounters, FleetRequest, FleetResult, RequestTooLargeError
 from ..store.header_cache import HeaderCache
 from .base import HeaderRequest, HeaderResult, HeaderSource
-from .budget import FittedPrompt, estimate_tokens, fit_prompt
+from .budget import FittedPrompt, context_limit_in, estimate_tokens, fit_prompt
 from .cache_key import header_cache_key
 from .prompt import PromptTemplate, escape_data
 from .structural import StructuralHeaderSource
 from .validation import validate_header
 
 CACHE_FLUSH_EVERY = 16
+# Our prompt-size estimate uses the embedder's tokenizer, not the served model's: a prompt the server
+# refuses as over its context is fitted again once, to the limit it names (else the known one), with this
+# much more margin.
+REFIT_SAFETY = 1.5
 
 
 class _BatchItem(BaseModel):
@@ -49,6 +53,7 @@ class HeaderRunStats(FleetCounters):
     batch_fallbacks: int = 0
     cache_hits: int = 0
     fallbacks: int = 0  # chunks the model gave no valid header: structural header instead, never cached
+    refits: int = 0  # prompts the server refused as over its context, fitted again with more margin
     prompt_tokens: int = 0
     completion_tokens: int = 0
     trimmed_contexts: int = 0
@@ -78,8 +83,8 @@ class HeaderRunStats(FleetCounters):
 
 
 # What `HeaderRunStats.summary` reports, in this order.
-SUMMARY_COUNTS = ("requests", "batch_requests", "batch_fallbacks", "cache_hits", "fallbacks", "retries", "failovers",
-                  "hedges", "hedge_wins", "prompt_tokens", "completion_tokens", "trimmed_contexts")
+SUMMARY_COUNTS = ("requests", "batch_requests", "batch_fallbacks", "cache_hits", "fallbacks", "refits", "retries",
+                  "failovers", "hedges", "hedge_wins", "prompt_tokens", "completion_tokens", "trimmed_contexts")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -304,6 +309,7 @@ class OpenAIHeaderSource(HeaderSource):
         errors: list[str] = []
         to_cache: list[tuple[str, str, str]] = []
         waiting = set(futures)
+        refitted: set[int] = set()
         try:
             while waiting:
                 done, waiting = concurrent.futures.wait(waiting, timeout=0.5,
@@ -314,6 +320,26 @@ class OpenAIHeaderSource(HeaderSource):
                     indices = futures[future]
                     try:
                         result: FleetResult = future.result()
+                    except RequestTooLargeError as exc:
+                        index = indices[0]
+                        if len(indices) > 1 or index in refitted:
+                            errors.append(str(exc))
+                            continue
+                        refitted.add(index)  # cached under its key all the same: the same inputs trim alike
+                        stats.refits += 1
+                        try:
+                            fitted[index] = fit_prompt(requests[index], self.prompt, self.counter,
+                                                       context_limit=context_limit_in(str(exc))
+                                                       or self.fleet.context_limit,
+                                                       max_output_tokens=self.max_output_tokens,
+                                                       safety=self.token_safety * REFIT_SAFETY)
+                        except HeaderGenerationError as too_large:
+                            errors.append(str(too_large))
+                            continue
+                        single = self._send_single(requests[index], fitted[index])
+                        futures[single] = [index]
+                        waiting.add(single)
+                        continue
                     except HeaderGenerationError as exc:
                         if len(indices) > 1:  # batch failed: fall back to one chunk per request
                             stats.batch_fallbacks += 1

@@ -14,6 +14,8 @@ _SENTENCE_END = re.compile(
     r"(?<!\bSt)[.!?。؟](?:\s|$)")
 _WORD = re.compile(r"\w+")
 REPEAT_JACCARD = 0.7  # a second sentence sharing this share of its words with the first says nothing new
+REPEAT_NGRAM = 5  # a run of this many words said twice in one header is a loop, not a description
+_TAG = re.compile(r"<[^<>]{0,40}>")
 # The prompt's own markup: its opening tags with their attributes, its closing tags, or document
 # text as the prompt escapes it. A header holding one is the model echoing its prompt (or a
 # document's instructions), never a description of the passage. (A bare "<chunk>" in an otherwise
@@ -61,6 +63,18 @@ def repeats_itself(text: str) -> bool:
     return bool(first and second) and len(first & second) / len(first | second) >= REPEAT_JACCARD
 
 
+def repeated_phrase(text: str) -> str | None:
+    """A run of REPEAT_NGRAM words that occurs twice (or markup and one word said over and over), if any."""
+    words = [w.lower() for w in _WORD.findall(text)]
+    seen: set[tuple[str, ...]] = set()
+    for i in range(len(words) - REPEAT_NGRAM + 1):
+        gram = tuple(words[i:i + REPEAT_NGRAM])
+        if gram in seen:
+            return " ".join(gram)
+        seen.add(gram)
+    return None
+
+
 def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_tokens, salvage: bool = False) -> str:
     """Return the cleaned header or raise HeaderValidationError with the reason.
 
@@ -82,6 +96,8 @@ def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_toke
                 break
     if _PROMPT_MARKUP.search(text):
         raise HeaderValidationError("header contains the prompt's <document>/<chunk> markup (an echoed prompt)")
+    if len(_WORD.findall(_TAG.sub(" ", text))) < 2:
+        raise HeaderValidationError("header is markup, not a sentence")
     tokens = count_tokens(text)
     if tokens > max_tokens:
         raise HeaderValidationError(f"header has {tokens} tokens, over the limit of {max_tokens}")
@@ -90,6 +106,9 @@ def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_toke
         raise HeaderValidationError(f"header has {sentences} sentences; one or two are allowed")
     if repeats_itself(text):
         raise HeaderValidationError("header repeats its first sentence")
+    phrase = repeated_phrase(text)
+    if phrase is not None:
+        raise HeaderValidationError(f"header repeats the phrase '{phrase}'")
     normalised_chunk = " ".join(chunk_text.split()).lower()
     normalised_header = text.lower()
     if len(normalised_header) >= 30 and normalised_header in normalised_chunk:

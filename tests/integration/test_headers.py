@@ -204,7 +204,8 @@ def test_a_chunk_the_model_never_answers_falls_back_to_its_structural_header(tmp
     counter = token_counter()
     note = tmp_path / "handbook.md"
     note.write_text("# Handbook\n\n" + "\n\n".join(
-        f"## Rule {i}\n\nRule {i} says the dock crew checks seal {i} twice and logs it in book {i}." for i in range(24)))
+        f"## Rule {i}\n\nRule {i} says the dock crew checks seal {i} twice and logs it in book {i}."
+        for i in range(24)))
     doc = parse_document("handbook.md", note, counter, chunk_tokens=40, max_bytes=10**6, max_pdf_pages=1)
     requests = header_requests(doc, counter, 200)
     assert len(requests) >= 20
@@ -230,3 +231,27 @@ def test_a_chunk_the_model_never_answers_falls_back_to_its_structural_header(tmp
     assert all(r.source == "openai" for i, r in enumerate(results) if i != 7)
     assert stats.cache_hits == 0 and again.cache_hits == len(requests) - 1
     assert again.fallbacks == 1 and again.per_replica == {}  # asked again, failed again, no answer counted
+
+
+def test_a_prompt_the_server_refuses_as_too_long_is_fitted_again_to_the_limit_it_names(tmp_path):
+    """A configured context limit above the server's real one (or a served tokenizer that counts more than
+    our estimate): the server's 400 names its limit, and the prompt is fitted once more to it."""
+    from bench.sim import FleetSimulator, ReplicaSpec
+
+    counter = token_counter()
+    note = tmp_path / "manual.md"
+    note.write_text("# Manual\n\n## Loading\n\n" + "\n\n".join(
+        f"Step {i}: the crew checks pallet {i} against the manifest, seals it and logs seal {i} in the book."
+        for i in range(60)))
+    doc = parse_document("manual.md", note, counter, chunk_tokens=60, max_bytes=10**6, max_pdf_pages=1)
+    requests = header_requests(doc, counter, 1000)[:4]
+    with FleetSimulator([ReplicaSpec(max_model_len=700)], time_scale=0.01) as sim:
+        fleet = make_fleet(sim.base_urls, context_limit=8000)  # configured above the server's 700
+        try:
+            source = OpenAIHeaderSource(fleet, load_prompt(), counter)
+            results, stats = source.stream_with_stats(requests)
+        finally:
+            fleet.close()
+        assert sim.stats()[0]["rejected"] >= 1, "the server refused the first prompts"
+    assert stats.refits >= 1 and stats.fallbacks == 0
+    assert len(results) == 4 and all(r.source == "openai" for r in results)

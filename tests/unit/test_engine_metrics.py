@@ -54,7 +54,7 @@ def test_an_idle_llama_server_is_still_recognised_and_an_older_build_reports_kv(
             "# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio 0.25\n")
     metrics = read_engine_metrics(idle)
     assert metrics is not None and metrics.engine == "llama.cpp"
-    assert (metrics.running, metrics.waiting, metrics.kv_usage, metrics.generation_tokens) == (0.0, 0.0, 0.25, 1234570.0)
+    assert (metrics.running, metrics.waiting, metrics.kv_usage, metrics.generation_tokens) == (0, 0, 0.25, 1234570)
 
 
 def test_a_server_without_a_known_engine_has_no_engine_metrics():
