@@ -54,6 +54,7 @@ class HeaderRunStats(FleetCounters):
     cache_hits: int = 0
     fallbacks: int = 0  # chunks the model gave no valid header: structural header instead, never cached
     refits: int = 0  # prompts the server refused as over its context, fitted again with more margin
+    cut_chunks: int = 0  # chunks over the model's context alone: the prompt showed their start
     prompt_tokens: int = 0
     completion_tokens: int = 0
     trimmed_contexts: int = 0
@@ -84,7 +85,8 @@ class HeaderRunStats(FleetCounters):
 
 # What `HeaderRunStats.summary` reports, in this order.
 SUMMARY_COUNTS = ("requests", "batch_requests", "batch_fallbacks", "cache_hits", "fallbacks", "refits", "retries",
-                  "failovers", "hedges", "hedge_wins", "prompt_tokens", "completion_tokens", "trimmed_contexts")
+                  "failovers", "hedges", "hedge_wins", "prompt_tokens", "completion_tokens", "trimmed_contexts",
+                  "cut_chunks")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -246,6 +248,7 @@ class OpenAIHeaderSource(HeaderSource):
         fitted = [fit_prompt(r, self.prompt, self.counter, context_limit=limit, max_output_tokens=self.max_output_tokens,
                              safety=self.token_safety) for r in requests]
         stats.trimmed_contexts = sum(1 for f in fitted if f.trimmed_parts)
+        stats.cut_chunks = sum(1 for f in fitted if f.chunk_cut)
         weights = self.fleet.resolved.weights
         keys = [header_cache_key(weights, self.revision, self.prompt_version, f.context, r.chunk.content_hash)
                 for r, f in zip(requests, fitted)]

@@ -202,12 +202,9 @@ def test_a_chunk_the_model_never_answers_falls_back_to_its_structural_header(tmp
     from contextual_assets.store import open_store
 
     counter = token_counter()
-    note = tmp_path / "handbook.md"
-    note.write_text("# Handbook\n\n" + "\n\n".join(
+    requests = requests_of(tmp_path / "handbook.md", "# Handbook\n\n" + "\n\n".join(
         f"## Rule {i}\n\nRule {i} says the dock crew checks seal {i} twice and logs it in book {i}."
-        for i in range(24)))
-    doc = parse_document("handbook.md", note, counter, chunk_tokens=40, max_bytes=10**6, max_pdf_pages=1)
-    requests = header_requests(doc, counter, 200)
+        for i in range(24)), chunk_tokens=40, context_tokens=200)
     assert len(requests) >= 20
     failing = requests[7].chunk
     store = open_store(None, tmp_path / "index.duckdb")
@@ -239,12 +236,9 @@ def test_a_prompt_the_server_refuses_as_too_long_is_fitted_again_to_the_limit_it
     from bench.sim import FleetSimulator, ReplicaSpec
 
     counter = token_counter()
-    note = tmp_path / "manual.md"
-    note.write_text("# Manual\n\n## Loading\n\n" + "\n\n".join(
+    requests = requests_of(tmp_path / "manual.md", "# Manual\n\n## Loading\n\n" + "\n\n".join(
         f"Step {i}: the crew checks pallet {i} against the manifest, seals it and logs seal {i} in the book."
-        for i in range(60)))
-    doc = parse_document("manual.md", note, counter, chunk_tokens=60, max_bytes=10**6, max_pdf_pages=1)
-    requests = header_requests(doc, counter, 1000)[:4]
+        for i in range(60)), chunk_tokens=60, context_tokens=1000)[:4]
     with FleetSimulator([ReplicaSpec(max_model_len=700)], time_scale=0.01) as sim:
         fleet = make_fleet(sim.base_urls, context_limit=8000)  # configured above the server's 700
         try:
@@ -255,3 +249,11 @@ def test_a_prompt_the_server_refuses_as_too_long_is_fitted_again_to_the_limit_it
         assert sim.stats()[0]["rejected"] >= 1, "the server refused the first prompts"
     assert stats.refits >= 1 and stats.fallbacks == 0
     assert len(results) == 4 and all(r.source == "openai" for r in results)
+
+
+def requests_of(path, text: str, *, chunk_tokens: int, context_tokens: int) -> list:
+    """The header requests of a document written to `path`."""
+    counter = token_counter()
+    path.write_text(text)
+    doc = parse_document(path.name, path, counter, chunk_tokens=chunk_tokens, max_bytes=10**6, max_pdf_pages=1)
+    return header_requests(doc, counter, context_tokens)

@@ -219,9 +219,18 @@ def test_budget_trims_farthest_context_first():
     assert "before5w0" not in tight.context and "after5w0" not in tight.context, "farthest parts go first"
 
 
-def test_chunk_that_cannot_fit_alone_is_a_clear_error():
+def test_chunk_over_the_context_alone_is_shown_from_its_start_and_one_that_cannot_be_is_a_clear_error():
+    # A pre-chunked import can hold a chunk of thousands of tokens: a small model (2,048 tokens) still gets
+    # its start, as passage and as context, cut to fit.
+    counter, prompt = token_counter(), load_prompt()
+    huge = make_request(words=3000)
+    fitted = fit_prompt(huge, prompt, counter, context_limit=1000, max_output_tokens=80)
+    assert fitted.chunk_cut and fitted.trimmed_parts == 12 and fitted.est_prompt_tokens + 80 <= 1000
+    assert fitted.context.startswith("chunkword0 chunkword1") and "chunkword2999" not in fitted.context
+    assert "<chunk>\nchunkword0 chunkword1" in fitted.messages[1]["content"]
+    assert not fit_prompt(make_request(), prompt, counter, context_limit=None, max_output_tokens=80).chunk_cut
     with pytest.raises(ChunkTooLargeError, match="chunk 3 of d needs ~.* over the model's context length of 100"):
-        fit_prompt(make_request(words=200), load_prompt(), token_counter(), context_limit=100, max_output_tokens=80)
+        fit_prompt(make_request(words=200), prompt, counter, context_limit=100, max_output_tokens=80)
 
 
 def test_cache_key_changes_with_every_part():
