@@ -303,6 +303,20 @@ class OpenAIHeaderSource(HeaderSource):
                 futures[self._send_single(requests[index], fitted[index])] = [index]
         return futures
 
+    def _refit(self, requests: list[HeaderRequest], fitted: list[FittedPrompt], index: int, refusal: str,
+               stats: HeaderRunStats) -> concurrent.futures.Future | None:
+        """The chunk's prompt fitted again, to the context length the server's refusal names (else the
+        known one) with more margin, and sent; None when it cannot fit even so."""
+        try:
+            fitted[index] = fit_prompt(requests[index], self.prompt, self.counter,
+                                       context_limit=context_limit_in(refusal) or self.fleet.context_limit,
+                                       max_output_tokens=self.max_output_tokens,
+                                       safety=self.token_safety * REFIT_SAFETY)
+        except HeaderGenerationError:
+            return None
+        stats.refits += 1
+        return self._send_single(requests[index], fitted[index])
+
     def _collect(self, futures: dict[concurrent.futures.Future, list[int]], requests: list[HeaderRequest],
                  fitted: list[FittedPrompt], keys: list[str], results: list[HeaderResult | None],
                  stats: HeaderRunStats, on_result: Callable[[int, HeaderResult], None] | None,
@@ -323,26 +337,6 @@ class OpenAIHeaderSource(HeaderSource):
                     indices = futures[future]
                     try:
                         result: FleetResult = future.result()
-                    except RequestTooLargeError as exc:
-                        index = indices[0]
-                        if len(indices) > 1 or index in refitted:
-                            errors.append(str(exc))
-                            continue
-                        refitted.add(index)  # cached under its key all the same: the same inputs trim alike
-                        stats.refits += 1
-                        try:
-                            fitted[index] = fit_prompt(requests[index], self.prompt, self.counter,
-                                                       context_limit=context_limit_in(str(exc))
-                                                       or self.fleet.context_limit,
-                                                       max_output_tokens=self.max_output_tokens,
-                                                       safety=self.token_safety * REFIT_SAFETY)
-                        except HeaderGenerationError as too_large:
-                            errors.append(str(too_large))
-                            continue
-                        single = self._send_single(requests[index], fitted[index])
-                        futures[single] = [index]
-                        waiting.add(single)
-                        continue
                     except HeaderGenerationError as exc:
                         if len(indices) > 1:  # batch failed: fall back to one chunk per request
                             stats.batch_fallbacks += 1
@@ -351,6 +345,13 @@ class OpenAIHeaderSource(HeaderSource):
                                 futures[single] = [index]
                                 waiting.add(single)
                             continue
+                        if isinstance(exc, RequestTooLargeError) and indices[0] not in refitted:
+                            refit = self._refit(requests, fitted, indices[0], str(exc), stats)
+                            if refit is not None:  # cached under its key all the same: the same inputs trim alike
+                                refitted.add(indices[0])
+                                futures[refit] = indices
+                                waiting.add(refit)
+                                continue
                         errors.append(str(exc))
                         continue
                     stats.add(result)
