@@ -14,7 +14,10 @@ _SENTENCE_END = re.compile(
     r"(?<!\bSt)[.!?。؟](?:\s|$)")
 _WORD = re.compile(r"\w+")
 REPEAT_JACCARD = 0.7  # a second sentence sharing this share of its words with the first says nothing new
-REPEAT_NGRAM = 5  # a run of this many words said twice in one header is a loop, not a description
+# A run of REPEAT_NGRAM words said REPEAT_TIMES times in one header is a loop, not a description (said
+# twice it can be a title quoted twice: redundant, not broken).
+REPEAT_NGRAM = 4
+REPEAT_TIMES = 3
 _TAG = re.compile(r"<[^<>]{0,40}>")
 # The prompt's own markup: its opening tags with their attributes, its closing tags, or document
 # text as the prompt escapes it. A header holding one is the model echoing its prompt (or a
@@ -64,14 +67,14 @@ def repeats_itself(text: str) -> bool:
 
 
 def repeated_phrase(text: str) -> str | None:
-    """A run of REPEAT_NGRAM words that occurs twice (or markup and one word said over and over), if any."""
+    """A run of REPEAT_NGRAM words that occurs REPEAT_TIMES times, if any."""
     words = [w.lower() for w in _WORD.findall(text)]
-    seen: set[tuple[str, ...]] = set()
+    seen: dict[tuple[str, ...], int] = {}
     for i in range(len(words) - REPEAT_NGRAM + 1):
         gram = tuple(words[i:i + REPEAT_NGRAM])
-        if gram in seen:
+        seen[gram] = seen.get(gram, 0) + 1
+        if seen[gram] == REPEAT_TIMES:
             return " ".join(gram)
-        seen.add(gram)
     return None
 
 

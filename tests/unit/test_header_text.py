@@ -91,10 +91,13 @@ def test_sentences_are_counted_past_abbreviations_and_a_repeated_sentence_is_not
     # What Gemma 3 270M (the base model) answered: markup alone, and a phrase looping inside one sentence.
     with pytest.raises(HeaderValidationError, match="markup, not a sentence"):
         validate_header("<document> <chunk> <chunk> <chunk> <chunk>", CHUNK, max_tokens=64, count_tokens=words)
-    looping_phrase = ("The passage is about a gateway that sends more than 120 batches per minute to a gateway that "
-                      "sends more than 120 batches per minute.")
-    with pytest.raises(HeaderValidationError, match="repeats the phrase 'a gateway that sends more'"):
+    looping_phrase = ("The passage is about a gateway that sends batches to a gateway that sends batches to a "
+                      "gateway that sends batches.")
+    with pytest.raises(HeaderValidationError, match="repeats the phrase 'a gateway that sends'"):
         validate_header(looping_phrase, CHUNK, max_tokens=64, count_tokens=words)
+    # Said twice (a title quoted twice) it is redundant, not a loop.
+    twice = "This passage covers the supply agreement terms in the supply agreement terms annex."
+    assert validate_header(twice, CHUNK, max_tokens=64, count_tokens=words) == twice
     # A bare <chunk> in an otherwise sound sentence stays (small models write it for "this passage").
     sound = "The <chunk> gives the supplier's delay penalty and its cap."
     assert validate_header(sound, CHUNK, max_tokens=64, count_tokens=words) == sound
