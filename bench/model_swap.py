@@ -276,16 +276,6 @@ def run(quick: bool, workdir: Path, dataset: Path, gold: Path | None, capacity_s
         rows[MODEL_B.name]["servers"] = [s.describe() for s in servers_b.servers]
         batch = batch_check(servers_b.base_urls[0], [p for p in samples if p.name in BATCH_DOCS])
 
-    # The swap back: model A's servers again, the same settings: every header from the cache.
-    with Replicas(MODEL_A, weights[MODEL_A.name], THREADS_A, logs) as servers_a:
-        before = prompt_tokens_served(servers_a)
-        again = loop.build(f"{MODEL_A.name}-again", servers_a, header_source="openai",
-                           llm_base_urls=",".join(servers_a.base_urls))
-        cache_rerun = {"index_version_same": again["index_version"] == rows[MODEL_A.name]["index_version"],
-                       "requests": again["requests"], "cache_hits": again["cache_hits"],
-                       "server_prompt_tokens": prompt_tokens_served(servers_a) - before,
-                       "ingest_wall_s": again["ingest_wall_s"]}
-
     for name, row in rows.items():
         row.update(loop.quality(row["index_version"]))
         if row["header_source"] == "openai":  # chunks whose model header fell back to the structural one
@@ -299,6 +289,19 @@ def run(quick: bool, workdir: Path, dataset: Path, gold: Path | None, capacity_s
     gate = [loop.gate(MODEL_A.name, None),  # model A's first promotion (floors only)
             loop.gate(MODEL_B.name, MODEL_A.name),  # the swap: B against A in production
             loop.gate(MODEL_A.name, "structural"), loop.gate(MODEL_B.name, "structural")]
+
+    # The swap back, last (it re-commits model A's version: chunks that fell back to their structural header
+    # are asked again, never cached, so the version judged above would change): model A's servers again,
+    # the same settings, every answered header from the cache.
+    with Replicas(MODEL_A, weights[MODEL_A.name], THREADS_A, logs) as servers_a:
+        before = prompt_tokens_served(servers_a)
+        again = loop.build(f"{MODEL_A.name}-again", servers_a, header_source="openai",
+                           llm_base_urls=",".join(servers_a.base_urls))
+        cache_rerun = {"index_version_same": again["index_version"] == rows[MODEL_A.name]["index_version"],
+                       "requests": again["requests"], "cache_hits": again["cache_hits"],
+                       "fallbacks_asked_again": rows[MODEL_A.name]["structural_fallbacks"],
+                       "server_prompt_tokens": prompt_tokens_served(servers_a) - before,
+                       "ingest_wall_s": again["ingest_wall_s"]}
     shares = rows[MODEL_B.name]["replica_share"]
     replicas = [{**c, "share": shares.get(c["base_url"], 0.0),
                  "threads": next(s["threads"] for s in rows[MODEL_B.name]["servers"] if s["base_url"] == c["base_url"])}

@@ -170,10 +170,12 @@ class OpenAIHeaderSource(HeaderSource):
     def identity(self) -> dict[str, str]:
         return openai_identity(self.fleet.resolved.weights, self.revision, self.prompt_version)
 
-    def _validator(self, chunk_text: str):
+    def _validator(self, chunk_text: str, prompt: PromptTemplate | None = None):
+        instructions = (prompt or self.prompt).instructions
+
         def validate(raw: str) -> str:
             return validate_header(raw, chunk_text, max_tokens=self.max_header_tokens, count_tokens=self.counter.count,
-                                   salvage=True)
+                                   salvage=True, instructions=instructions)
 
         return validate
 
@@ -203,7 +205,7 @@ class OpenAIHeaderSource(HeaderSource):
             got = {item.id: item.header for item in answer.headers}
             if set(got) != set(texts):
                 raise HeaderGenerationError(f"batch answer has ids {sorted(got)}, expected {sorted(texts)}")
-            return {int(i): self._validator(texts[i])(h) for i, h in got.items()}
+            return {int(i): self._validator(texts[i], self.batch_prompt)(h) for i, h in got.items()}
 
         max_tokens = self.max_output_tokens * len(group)
         estimate = estimate_tokens(messages, self.counter, self.token_safety)

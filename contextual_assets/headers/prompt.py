@@ -39,6 +39,11 @@ class PromptTemplate:
         user = re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), self.user)
         return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
 
+    @property
+    def instructions(self) -> list[str]:
+        """The template's own text, cut at its placeholders: what a header echoing its prompt repeats."""
+        return [part for part in re.split(r"\{\w+\}", f"{self.system}\n{self.user}") if part.strip()]
+
 
 @lru_cache(maxsize=8)
 def load_prompt(name_or_path: str = DEFAULT_PROMPT) -> PromptTemplate:

@@ -18,6 +18,9 @@ REPEAT_JACCARD = 0.7  # a second sentence sharing this share of its words with t
 # twice it can be a title quoted twice: redundant, not broken).
 REPEAT_NGRAM = 4
 REPEAT_TIMES = 3
+# A header sharing this many consecutive words with the prompt's own instructions is the prompt echoed
+# (a base model continuing its input), never a description: a sound header shares a few ("of this document").
+ECHO_WORDS = 8
 _TAG = re.compile(r"<[^<>]{0,40}>")
 # The prompt's own markup: its opening tags with their attributes, its closing tags, or document
 # text as the prompt escapes it. A header holding one is the model echoing its prompt (or a
@@ -78,12 +81,26 @@ def repeated_phrase(text: str) -> str | None:
     return None
 
 
-def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_tokens, salvage: bool = False) -> str:
+def echoed_instruction(text: str, instructions: list[str]) -> str | None:
+    """A run of ECHO_WORDS words of `text` found in one part of the prompt's instructions, if any."""
+    words = [w.lower() for w in _WORD.findall(text)]
+    grams = {tuple(words[i:i + ECHO_WORDS]) for i in range(len(words) - ECHO_WORDS + 1)}
+    for part in instructions:
+        said = [w.lower() for w in _WORD.findall(part)]
+        for i in range(len(said) - ECHO_WORDS + 1):
+            if tuple(said[i:i + ECHO_WORDS]) in grams:
+                return " ".join(said[i:i + ECHO_WORDS])
+    return None
+
+
+def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_tokens, salvage: bool = False,
+                    instructions: list[str] | None = None) -> str:
     """Return the cleaned header or raise HeaderValidationError with the reason.
 
     With `salvage`, an answer that is too long, has too many sentences or repeats its first sentence is
     cut to its leading complete sentences when those pass every check; an answer with no complete
-    sentence is not.
+    sentence is not. `instructions`: the prompt's own text (`PromptTemplate.instructions`), which a header
+    must not echo.
     """
     text = clean_header(header)
     if not text:
@@ -99,6 +116,9 @@ def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_toke
                 break
     if _PROMPT_MARKUP.search(text):
         raise HeaderValidationError("header contains the prompt's <document>/<chunk> markup (an echoed prompt)")
+    echoed = echoed_instruction(text, instructions or [])
+    if echoed is not None:
+        raise HeaderValidationError(f"header repeats the prompt's instructions ('{echoed}')")
     if len(_WORD.findall(_TAG.sub(" ", text))) < 2:
         raise HeaderValidationError("header is markup, not a sentence")
     tokens = count_tokens(text)

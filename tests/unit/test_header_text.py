@@ -122,3 +122,19 @@ def test_context_is_the_section_trimmed_around_the_chunk(samples_dir):
         assert counter.count(context) <= 150 + 5 or context == request.chunk.text
         same_section = [c.text for c in doc.chunks if c.section_path == request.chunk.section_path]
         assert all(part in same_section for part in context.split("\n\n"))
+
+
+def test_a_header_that_echoes_the_prompts_instructions_is_rejected():
+    """A base model (Gemma 3 270M, bench.model_swap) continues its prompt: the section line, then the
+    instruction itself. A sound header sharing a few words with the prompt ("of this document") passes."""
+    instructions = load_prompt().instructions
+    echoed = ('The passage above comes from the section "Notes > Overview" of this document. In one or two '
+              'sentences (at most 40 words), say what the passage is about and where it sits in the document.')
+    with pytest.raises(HeaderValidationError, match="repeats the prompt's instructions"):
+        validate_header(echoed, CHUNK, max_tokens=64, count_tokens=token_counter().count, salvage=True,
+                        instructions=instructions)
+    sound = "This passage comes from the section on delivery penalties of this document and sets the daily fee."
+    assert validate_header(sound, CHUNK, max_tokens=64, count_tokens=token_counter().count,
+                           instructions=instructions) == sound
+    # The placeholders cut the template: document text around them is not the prompt's.
+    assert all("{" not in part for part in instructions)
