@@ -12,6 +12,8 @@ import logging
 import os
 import sys
 from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as distribution_version
 from types import ModuleType
 
 from contextual_assets.errors import ContextualError, DependencyUnavailable
@@ -32,13 +34,25 @@ _NOISY_LOGGERS = {"bm25s": logging.WARNING, "sentence_transformers": logging.WAR
 COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("ingest", "ingest files or folders through the Dagster assets"),
     "search": ("search", "search the index"),
-    "serve": ("serve", "serve search over HTTP (POST /search, GET /versions, GET /healthz)"),
+    "serve": ("serve", "serve search over HTTP (POST /v1/search and /v1/search/batch, GET /v1/versions, "
+                       "/healthz, /readyz, /metrics, /openapi.json)"),
     "rollback": ("rollback", "point the production alias back at its previous version"),
     "eval": ("evaluate", "evaluate the candidate index against production; promote it if the gate passes "
                          "(exit 0 passed, 1 blocked)"),
     "status": ("status", "store, settings, index versions with their coverage, the candidate, and the "
                          "header fleet's health"),
 }
+
+
+DISTRIBUTION = "contextual-retrieval-platform"
+
+
+def package_version() -> str:
+    """The installed distribution's version (a checkout that was never installed says so)."""
+    try:
+        return distribution_version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
 
 
 def configure_logging() -> None:
@@ -67,6 +81,7 @@ def build_parser(with_arguments: Iterable[str] | None = None) -> argparse.Argume
     wanted = set(COMMANDS if with_arguments is None else with_arguments)
     parser = argparse.ArgumentParser(prog="ctx", description="Contextual-retrieval ingestion platform",
                                      epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"ctx {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do:")
     for name, (_, help) in COMMANDS.items():
         command = sub.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".",

@@ -8,10 +8,11 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 MAX_QUERY_CHARS = 4000
+MAX_BATCH_QUERIES = 32
 
 
 class SearchRequest(BaseModel):
-    """`POST /search`."""
+    """`POST /v1/search` (also `/search`)."""
 
     model_config = {"extra": "forbid"}
 
@@ -44,6 +45,26 @@ class SearchResponse(BaseModel):
     reranker: str | None = None
     took_ms: float
     hits: list[Hit]
+
+
+class BatchSearchRequest(BaseModel):
+    """`POST /v1/search/batch`: several searches in one request, answered in order."""
+
+    model_config = {"extra": "forbid"}
+
+    queries: list[SearchRequest] = Field(min_length=1, max_length=MAX_BATCH_QUERIES)
+
+
+class BatchResult(BaseModel):
+    """One search of a batch: its answer, or the status and message it would have had alone."""
+
+    status: int
+    result: SearchResponse | None = None
+    error: str | None = None
+
+
+class BatchSearchResponse(BaseModel):
+    results: list[BatchResult]
 
 
 class VersionInfo(BaseModel):

@@ -1,29 +1,45 @@
 """`ctx serve`: the search service over HTTP (Starlette + uvicorn, both installed with dagster-webserver).
 
-    POST /search    {query, k, mode, version?, rerank?} -> hits and the index version served
-    GET  /versions  index versions, the production alias and what a search serves by default
-    GET  /healthz   liveness (no token needed; the status and the production version only)
+    POST /v1/search        {query, k, mode, version?, rerank?} -> hits and the index version served
+                           (`/search`: the same, its first name)
+    POST /v1/search/batch  {queries: [...]} -> one result per query, in order, each with its own status
+    GET  /v1/versions      index versions, the production alias and what a search serves by default
+                           (`/versions`: the same)
+    GET  /healthz          liveness: the process answers (no token, no store)
+    GET  /readyz           readiness: the store answers and a version is there to serve (else 503)
+    GET  /metrics          Prometheus text: requests, latency, errors, the version served
+    GET  /openapi.json     the OpenAPI document of these routes; /docs renders it as a page
 
-With a token configured (the variable named by CTX_SEARCH_TOKEN_ENV), /search and /versions need
+With a token configured (the variable named by CTX_SEARCH_TOKEN_ENV), the search and version routes need
 `Authorization: Bearer <token>`. Bodies over CTX_SERVE_MAX_REQUEST_BYTES are refused before parsing.
+Each request is logged on the `ctx.serve.access` logger (method, path, status, milliseconds; never a
+header, so never the token).
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from contextual_assets.errors import ContextualError
 
-from .api import SearchRequest
+from .api import BatchResult, BatchSearchRequest, BatchSearchResponse, SearchRequest
+from .metrics import ServiceMetrics
+from .openapi import docs_page, openapi_document
 from .service import SearchError, SearchService
+
+ACCESS_LOG = logging.getLogger("ctx.serve.access")
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -39,6 +55,8 @@ def _validation_message(exc: ValidationError) -> str:
 
 
 def create_app(service: SearchService, token: str | None = None, max_request_bytes: int = 16_384) -> Starlette:
+    metrics = ServiceMetrics()
+
     def authorized(request: Request) -> bool:
         if not token:
             return True
@@ -50,9 +68,8 @@ def create_app(service: SearchService, token: str | None = None, max_request_byt
         return JSONResponse({"error": "missing or wrong bearer token (Authorization: Bearer <CTX_SEARCH_TOKEN>)"},
                             status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
-    async def search(request: Request) -> JSONResponse:
-        if not authorized(request):
-            return refused()
+    async def json_body(request: Request) -> dict | JSONResponse:
+        """The request's JSON object, or the refusal to send (size, not JSON, not an object)."""
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > max_request_bytes:
             return _error(413, f"request body of {declared} bytes is over the limit of {max_request_bytes} "
@@ -69,19 +86,48 @@ def create_app(service: SearchService, token: str | None = None, max_request_byt
             return _error(400, "request body is not JSON; send {\"query\": \"...\", \"k\": 10}")
         if not isinstance(payload, dict):
             return _error(400, "request body must be a JSON object like {\"query\": \"...\", \"k\": 10}")
+        return payload
+
+    def answer(parsed: SearchRequest) -> BatchResult:
+        """One search, its refusal as a status and message (the store or embedder refusing: 503)."""
+        try:
+            result = service.search(parsed)
+        except SearchError as exc:
+            return BatchResult(status=exc.status, error=str(exc))
+        except ContextualError as exc:  # the store or the embedder refused: the operator's to fix
+            return BatchResult(status=503, error=str(exc))
+        metrics.served(result.index_version, result.alias)
+        return BatchResult(status=200, result=result)
+
+    async def search(request: Request) -> Response:
+        if not authorized(request):
+            return refused()
+        payload = await json_body(request)
+        if isinstance(payload, JSONResponse):
+            return payload
         try:
             parsed = SearchRequest.model_validate(payload)
         except ValidationError as exc:
             return _error(422, _validation_message(exc))
-        try:
-            result = await run_in_threadpool(service.search, parsed)
-        except SearchError as exc:
-            return _error(exc.status, str(exc))
-        except ContextualError as exc:  # the store or the embedder refused: the operator's to fix
-            return _error(503, str(exc))
-        return JSONResponse(result.model_dump())
+        outcome = await run_in_threadpool(answer, parsed)
+        if outcome.result is None:
+            return _error(outcome.status, outcome.error or "")
+        return JSONResponse(outcome.result.model_dump())
 
-    async def versions(request: Request) -> JSONResponse:
+    async def search_batch(request: Request) -> Response:
+        if not authorized(request):
+            return refused()
+        payload = await json_body(request)
+        if isinstance(payload, JSONResponse):
+            return payload
+        try:
+            parsed = BatchSearchRequest.model_validate(payload)
+        except ValidationError as exc:
+            return _error(422, _validation_message(exc))
+        results = await run_in_threadpool(lambda: [answer(q) for q in parsed.queries])
+        return JSONResponse(BatchSearchResponse(results=results).model_dump())
+
+    async def versions(request: Request) -> Response:
         if not authorized(request):
             return refused()
         try:
@@ -90,14 +136,51 @@ def create_app(service: SearchService, token: str | None = None, max_request_byt
             return _error(503, str(exc))
         return JSONResponse(result.model_dump())
 
-    async def healthz(request: Request) -> JSONResponse:
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
         try:
-            return JSONResponse(await run_in_threadpool(service.health))
+            return JSONResponse(await run_in_threadpool(service.ready))
+        except SearchError as exc:
+            return _error(exc.status, str(exc))
         except ContextualError as exc:
             return _error(503, str(exc))
 
-    return Starlette(routes=[
-        Route("/search", search, methods=["POST"]),
-        Route("/versions", versions, methods=["GET"]),
-        Route("/healthz", healthz, methods=["GET"]),
-    ])
+    async def prometheus(request: Request) -> Response:
+        return Response(metrics.exposition(), media_type=metrics.content_type)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document(bearer=bool(token)))
+
+    async def docs(request: Request) -> Response:
+        return HTMLResponse(docs_page(openapi_document(bearer=bool(token))))
+
+    def observed(route: str, handler: Handler) -> Handler:
+        """The handler, counted and timed under `route` and written to the access log."""
+        async def wrapped(request: Request) -> Response:
+            started = time.perf_counter()
+            status = 500
+            try:
+                response = await handler(request)
+                status = response.status_code
+                return response
+            finally:
+                elapsed = time.perf_counter() - started
+                metrics.observe(route, status, elapsed)
+                client = request.client.host if request.client else "-"
+                ACCESS_LOG.info('%s "%s %s" %d %.1f ms', client, request.method, request.url.path, status,
+                                elapsed * 1000)
+
+        return wrapped
+
+    routes = [
+        ("/v1/search", "search", search, ["POST"]), ("/search", "search", search, ["POST"]),
+        ("/v1/search/batch", "search_batch", search_batch, ["POST"]),
+        ("/v1/versions", "versions", versions, ["GET"]), ("/versions", "versions", versions, ["GET"]),
+        ("/healthz", "healthz", healthz, ["GET"]), ("/readyz", "readyz", readyz, ["GET"]),
+        ("/metrics", "metrics", prometheus, ["GET"]),
+        ("/openapi.json", "openapi", openapi, ["GET"]), ("/docs", "docs", docs, ["GET"]),
+    ]
+    return Starlette(routes=[Route(path, observed(name, handler), methods=methods)
+                             for path, name, handler, methods in routes])

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from contextual_assets.errors import ContextualError, DependencyUnavailable
 
-from .api import SearchRequest, SearchResponse, VersionsResponse
+from .api import BatchSearchRequest, BatchSearchResponse, SearchRequest, SearchResponse, VersionsResponse
 
 
 class SearchServiceError(ContextualError):
@@ -60,13 +60,22 @@ class SearchClient:
                                      "problems): are the service and the client the same version?") from None
 
     def search(self, request: SearchRequest) -> SearchResponse:
-        return self._parsed(SearchResponse, self._call("POST", "/search", request.model_dump(exclude_none=True)))
+        return self._parsed(SearchResponse, self._call("POST", "/v1/search", request.model_dump(exclude_none=True)))
+
+    def search_batch(self, requests: list[SearchRequest]) -> BatchSearchResponse:
+        """Several searches in one round trip; each result carries its own status (a 404 for one unknown
+        version does not fail the others)."""
+        body = BatchSearchRequest(queries=requests).model_dump(exclude_none=True)
+        return self._parsed(BatchSearchResponse, self._call("POST", "/v1/search/batch", body))
 
     def versions(self) -> VersionsResponse:
-        return self._parsed(VersionsResponse, self._call("GET", "/versions"))
+        return self._parsed(VersionsResponse, self._call("GET", "/v1/versions"))
 
     def health(self) -> dict:
         return self._call("GET", "/healthz")
+
+    def ready(self) -> dict:
+        return self._call("GET", "/readyz")
 
     def close(self) -> None:
         self._client.close()

@@ -179,8 +179,14 @@ class SearchService:
                                   aliases=aliases.get(v["index_version"], []))
                       for v in self.store.corpus.index_versions()])
 
-    def health(self) -> dict:
-        return {"status": "ok", "production": self.production()}
+    def ready(self) -> dict:
+        """Ready to serve: the store answers and a version is there to serve by default (else a 503)."""
+        production = self.production()
+        default = production or self._fallback_version()
+        if not default:
+            raise SearchError(503, f"nothing to serve yet: '{self.alias}' is not set and the current settings "
+                                   "build no version; ingest and `ctx eval`")
+        return {"status": "ready", "production": production, "default": default}
 
 
 def service_from_settings(settings: PlatformSettings, *, vectors_in_memory: bool = False) -> SearchService:

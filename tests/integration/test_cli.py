@@ -34,8 +34,10 @@ def test_ingest_search_status(tmp_path, env, samples_dir):
 
     # A second shell with the same settings sees the same index.
     search = run_ctx(env, "search", "liquidated damages per business day", "-k", "3", "--json", check=True)
-    hits = json.loads(search.stdout)
-    assert len(hits) == 3
+    answer = json.loads(search.stdout)
+    assert answer["mode"] == "hybrid" and answer["reranked"] is False and answer["took_ms"] >= 0
+    hits = answer["hits"]
+    assert len(hits) == 3 and {h["index_version"] for h in hits} == {answer["index_version"]}
     top = hits[0]
     assert top["document"] == "docs/supply_agreement.pdf"
     assert set(top) >= {"document", "section_path", "page_start", "page_end", "text", "header", "score"}
@@ -145,7 +147,7 @@ def test_library_logs_never_reach_stdout(tmp_path, env):
     status = run_ctx(env, "status", check=True)
     assert not LOG_LINE.search(status.stdout), status.stdout
     search = run_ctx(env, "search", "hotel limit London", "--json", check=True)
-    assert not LOG_LINE.search(search.stdout) and json.loads(search.stdout)
+    assert not LOG_LINE.search(search.stdout) and json.loads(search.stdout)["hits"]
 
 
 def ingested_with_gold(tmp_path, env, samples_dir):
@@ -190,8 +192,9 @@ def test_eval_promote_search_rollback(tmp_path, env, samples_dir):
     assert "production -> " in evaluated.stdout
     status = _json.loads(run_ctx(env, "status", "--json", check=True).stdout)
     assert status["production"] == status["current_index_version"]
-    hits = _json.loads(run_ctx(env, "search", "London hotel", "--json", check=True).stdout)
-    assert hits[0]["index_version"] == status["production"]
+    answer = _json.loads(run_ctx(env, "search", "London hotel", "--json", check=True).stdout)
+    assert answer["index_version"] == answer["hits"][0]["index_version"] == status["production"]
+    assert answer["alias"] == "production", "served through the production alias"
     rollback = run_ctx(env, "rollback")
     assert rollback.returncode == 2 and "no previous version" in rollback.stderr
 

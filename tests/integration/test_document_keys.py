@@ -81,7 +81,7 @@ def test_a_file_then_its_folder_is_one_document(ctx, tmp_path):
 
     code, out, err = ctx("search", ALPHA_PHRASE, "-k", "10", "--json")
     assert code == 0, err
-    hits = json.loads(out)
+    hits = json.loads(out)["hits"]
     assert [h["document"] for h in hits if "walrus ledger" in h["text"]] == ["docs/alpha.md"], "alpha comes back once"
     assert {h["document"] for h in hits} == {"docs/alpha.md", "docs/beta.md"}
 

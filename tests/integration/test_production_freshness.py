@@ -41,7 +41,7 @@ def promote_current(env, tmp_path):
 
 
 def search_production(env, query):
-    return json.loads(run_ctx(env, "search", query, "--json", "-k", "3", check=True).stdout)
+    return json.loads(run_ctx(env, "search", query, "--json", "-k", "3", check=True).stdout)["hits"]
 
 
 def test_new_and_edited_documents_reach_production_after_a_header_change(tmp_path, env):

@@ -102,7 +102,8 @@ def test_service_searches_production_and_follows_the_alias_live(filled, store_lo
     url, path = store_location
     service = SearchService(open_store(url, path), embedders, alias_refresh_s=0.2, vectors_in_memory=True)
     with serving(service) as base:
-        assert httpx.get(f"{base}/healthz").json() == {"status": "ok", "production": "iv-one"}
+        assert httpx.get(f"{base}/healthz").json() == {"status": "ok"}
+        assert httpx.get(f"{base}/readyz").json() == {"status": "ready", "production": "iv-one", "default": "iv-one"}
         answer = httpx.post(f"{base}/search", json={"query": "late delivery penalty per business day", "k": 3})
         assert answer.status_code == 200, answer.text
         body = answer.json()
@@ -158,6 +159,7 @@ def test_refusals_are_clear_4xx(filled, store_location, embedders):
         wrong = httpx.post(f"{base}/search", json=query, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and "bearer token" in wrong.json()["error"]
         assert httpx.get(f"{base}/versions").status_code == 401
+        assert httpx.post(f"{base}/v1/search/batch", json={"queries": [query]}).status_code == 401
         auth = {"Authorization": "Bearer s3cret-token"}
         assert httpx.post(f"{base}/search", json=query, headers=auth).status_code == 200
 
@@ -178,6 +180,61 @@ def test_refusals_are_clear_4xx(filled, store_location, embedders):
         no_reranker = httpx.post(f"{base}/search", json={**query, "rerank": True}, headers=auth)
         assert no_reranker.status_code == 400 and "CTX_RERANK_BASE_URL" in no_reranker.json()["error"]
     service.store.close()
+
+
+@pytest.mark.parametrize("store_location", ["duckdb"], indirect=True)
+def test_v1_routes_batch_openapi_metrics_readiness_and_access_log(filled, store_location, embedders, caplog):
+    import logging
+
+    url, path = store_location
+    empty = open_store(None, path.with_name("empty.duckdb"))
+    with serving(SearchService(empty, embedders)) as base:
+        unready = httpx.get(f"{base}/readyz")
+        assert unready.status_code == 503 and "ingest" in unready.json()["error"], "nothing to serve: not ready"
+        assert httpx.get(f"{base}/healthz").status_code == 200, "alive all the same"
+    empty.close()
+
+    service = SearchService(open_store(url, path), embedders, max_k=20)
+    with caplog.at_level(logging.INFO, logger="ctx.serve.access"), \
+            serving(service, token="s3cret-token") as base:
+        auth = {"Authorization": "Bearer s3cret-token"}
+        one = httpx.post(f"{base}/v1/search", json={"query": "ninety days notice", "k": 2}, headers=auth).json()
+        legacy = httpx.post(f"{base}/search", json={"query": "ninety days notice", "k": 2}, headers=auth).json()
+        assert one["hits"] == legacy["hits"] and one["hits"][0]["section_path"] == ["Termination"]
+
+        batch = httpx.post(f"{base}/v1/search/batch", headers=auth, json={"queries": [
+            {"query": "ninety days notice", "k": 2}, {"query": "token bucket", "version": "iv-nope"},
+            {"query": "hotel per night in London", "k": 1, "mode": "lexical", "version": "iv-two"}]})
+        assert batch.status_code == 200, batch.text
+        results = batch.json()["results"]
+        assert [r["status"] for r in results] == [200, 404, 200], "one unknown version fails alone"
+        assert results[0]["result"]["hits"] == one["hits"]
+        assert "iv-nope" in results[1]["error"] and results[1]["result"] is None
+        assert results[2]["result"]["index_version"] == "iv-two"
+        assert results[2]["result"]["hits"][0]["document"] == "handbook.pdf"
+        empty_batch = httpx.post(f"{base}/v1/search/batch", json={"queries": []}, headers=auth)
+        assert empty_batch.status_code == 422 and "queries" in empty_batch.json()["error"]
+
+        document = httpx.get(f"{base}/openapi.json").json()
+        assert document["openapi"].startswith("3.") and document["info"]["version"]
+        assert {"/v1/search", "/v1/search/batch", "/v1/versions", "/readyz", "/metrics"} <= set(document["paths"])
+        schemas = document["components"]["schemas"]
+        assert set(schemas["SearchRequest"]["properties"]) >= {"query", "k", "mode", "version", "rerank"}
+        assert document["paths"]["/v1/search"]["post"]["security"] == [{"bearer": []}]
+        assert "/v1/search/batch" in httpx.get(f"{base}/docs").text
+
+        metrics = httpx.get(f"{base}/metrics").text
+        assert 'ctx_search_requests_total{route="search",status="200"} 2.0' in metrics
+        assert 'ctx_search_requests_total{route="search_batch",status="422"} 1.0' in metrics
+        assert 'ctx_search_errors_total{route="search_batch",status="422"} 1.0' in metrics
+        assert 'ctx_search_request_duration_seconds_count{route="search"} 2.0' in metrics
+        # The last search served iv-two (pinned, no alias): one series at 1.
+        assert 'ctx_search_served_version{alias="",index_version="iv-two"} 1.0' in metrics
+        assert 'index_version="iv-one"' not in metrics
+    service.store.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "ctx.serve.access"]
+    assert any('"POST /v1/search/batch" 200' in line for line in lines), lines
+    assert not any("s3cret-token" in line for line in lines), "the token is never logged"
 
 
 @pytest.mark.parametrize("store_location", ["duckdb"], indirect=True)
@@ -237,8 +294,9 @@ def test_ctx_search_uses_a_running_ctx_serve_without_torch_or_dagster(tmp_path, 
                                  "--json"], env=client_env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
         report = json.loads(result.stderr.strip().splitlines()[-1])
         assert report == {"rc": 0, "loaded": []}, result.stderr
-        hits = json.loads(result.stdout)
-        assert hits[0]["document"] == "handbook.pdf" and hits[0]["index_version"] == "iv-one"
+        answer = json.loads(result.stdout)  # the service's whole answer, not only its hits
+        assert answer["index_version"] == "iv-one" and {"alias", "reranked", "took_ms"} <= set(answer)
+        assert answer["hits"][0]["document"] == "handbook.pdf" and answer["hits"][0]["index_version"] == "iv-one"
 
         refused = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel"],
                                  env={**client_env, "CTX_SEARCH_TOKEN": "wrong"}, cwd=REPO_ROOT, capture_output=True,

@@ -63,3 +63,13 @@ def test_library_debug_logs_stay_off_stdout_and_below_warning():
     assert "warning-line" in result.stderr
     for hidden in ("debug-line", "info-line", "bm25s-line"):
         assert hidden not in result.stderr
+
+
+def test_version_is_the_installed_distributions_and_search_keeps_its_own_version_option():
+    from importlib.metadata import version
+
+    result = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "--version"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout == f"ctx {version('contextual-retrieval-platform')}\n"
+    # After the command, --version is still `ctx search`'s index version.
+    assert build_parser().parse_args(["search", "q", "--version", "iv-1"]).version == "iv-1"

@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None,
                         help="rerank the fused candidates (default: on when CTX_RERANK_BASE_URL or "
                              "CTX_RERANK_MODEL_DIR is set)")
-    parser.add_argument("--json", action="store_true", help="print the hits as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="print the whole answer as JSON (index_version, alias, mode, reranked, took_ms, hits)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,10 +48,10 @@ def run(args: argparse.Namespace) -> int:
     response = _search_remote(settings, request) if settings.search_url else _search_here(settings, request)
     if isinstance(response, int):
         return response
-    hits = response.hits
-    if args.json:
-        print(json.dumps([h.model_dump() for h in hits], indent=2, ensure_ascii=False))
+    if args.json:  # the service's answer as it gives it: what a script needs beside the hits
+        print(json.dumps(response.model_dump(mode="json"), indent=2, ensure_ascii=False))
         return EXIT_OK
+    hits = response.hits
     for h in hits:
         pages = f" p.{h.page_start}" + (f"-{h.page_end}" if h.page_end and h.page_end != h.page_start else "") \
             if h.page_start else ""

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
 import uvicorn
 
 from contextual_assets.app.cli import EXIT_OK
-from contextual_assets.serving.app import create_app
+from contextual_assets.serving.app import ACCESS_LOG, create_app
 from contextual_assets.serving.service import service_from_settings
 from contextual_assets.settings import PlatformSettings
 
@@ -19,6 +20,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="", help="address to bind (default: CTX_SERVE_HOST, 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=0, help="port (default: CTX_SERVE_PORT, 8765)")
+    parser.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
+                        help="one line per request on stderr: client, method, path, status, milliseconds; "
+                             "never a header, so never the token (default: on)")
 
 
 def _port(text: str) -> int:
@@ -40,6 +44,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"serving {service.store.location} on http://{host}:{port} "
           f"({service.alias} -> {service.production() or 'not set'}; default {default or 'none'}; "
           f"token {'required' if token else 'off'})", file=sys.stderr, flush=True)
+    if args.access_log:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        ACCESS_LOG.addHandler(handler)
+        ACCESS_LOG.setLevel(logging.INFO)
+        ACCESS_LOG.propagate = False  # the CLI's root handler shows WARNING and up only
     app = create_app(service, token=token, max_request_bytes=settings.serve_max_request_bytes)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     return EXIT_OK

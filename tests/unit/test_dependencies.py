@@ -1,0 +1,71 @@
+"""What the product imports is what it declares: every third-party module imported under
+contextual_assets/ and eval_assets/ belongs to a distribution named in pyproject's dependencies (or in
+the extra its module is for), and the pins that guard file formats and APIs have an upper bound."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("contextual_assets", "eval_assets")
+# Imported only where an optional extra is installed, and said so at the import.
+EXTRA_IMPORTS = {"s3fs": "s3"}
+
+
+def _project() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {re.sub(r"[-_.]+", "-", Requirement(r).name).lower() for r in requirements}
+
+
+def imported_modules() -> dict[str, Path]:
+    """Top-level modules imported anywhere in the product's packages (absolute imports), with one file each."""
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    found.setdefault(name.split(".")[0], path)
+    return found
+
+
+def test_every_imported_package_is_declared():
+    project = _project()
+    declared = _names(project["dependencies"])
+    extras = {extra: _names(reqs) for extra, reqs in project["optional-dependencies"].items()}
+    distributions = packages_distributions()
+    missing = []
+    for module, path in sorted(imported_modules().items()):
+        if module in sys.stdlib_module_names or module in PACKAGES or module == "__future__":
+            continue
+        owners = {re.sub(r"[-_.]+", "-", d).lower() for d in distributions.get(module, [])}
+        assert owners, f"{module} (imported in {path.relative_to(REPO)}) is installed by no distribution"
+        allowed = declared | extras.get(EXTRA_IMPORTS.get(module, ""), set())
+        if not owners & allowed:
+            missing.append(f"{module} ({', '.join(sorted(owners))}) in {path.relative_to(REPO)}")
+    assert not missing, "imported but not declared in pyproject.toml: " + "; ".join(missing)
+
+
+def test_dagster_is_pinned_to_its_tested_minor_and_formats_have_an_upper_bound():
+    requirements = {Requirement(r).name: Requirement(r) for r in _project()["dependencies"]}
+    for name in ("dagster", "dagster-webserver", "dagster-postgres"):
+        assert str(requirements[name].specifier).startswith("~="), f"{name} is not pinned to its minor"
+    for name in ("duckdb", "sentence-transformers", "psycopg", "torch", "pydantic"):
+        spec = requirements[name].specifier
+        assert any(s.operator == "<" for s in spec), f"{name} has no upper bound: {spec}"
+    assert "pgvector" not in requirements, "vectors are SQL literals; the adapter is not used (see pyproject)"
