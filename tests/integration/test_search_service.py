@@ -276,7 +276,7 @@ def test_ctx_search_uses_a_running_ctx_serve_without_torch_or_dagster(tmp_path, 
     server = subprocess.Popen([sys.executable, "-m", "contextual_assets.app.cli", "serve"], env=serve_env,
                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # a loaded machine: torch, MiniLM and the store load first
         while True:
             assert server.poll() is None, server.stdout.read()
             try:
