@@ -23,8 +23,9 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -40,6 +41,7 @@ from .service import SearchError, SearchService
 
 ACCESS_LOG = logging.getLogger("ctx.serve.access")
 Handler = Callable[[Request], Awaitable[Response]]
+Body = TypeVar("Body", bound=BaseModel)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -99,31 +101,31 @@ def create_app(service: SearchService, token: str | None = None, max_request_byt
         metrics.served(result.index_version, result.alias)
         return BatchResult(status=200, result=result)
 
-    async def search(request: Request) -> Response:
+    async def parsed_body(request: Request, model: type[Body]) -> Body | Response:
+        """The authorized request's body as `model`, or the refusal to send (401, 413, 400, 422)."""
         if not authorized(request):
             return refused()
         payload = await json_body(request)
         if isinstance(payload, JSONResponse):
             return payload
         try:
-            parsed = SearchRequest.model_validate(payload)
+            return model.model_validate(payload)
         except ValidationError as exc:
             return _error(422, _validation_message(exc))
+
+    async def search(request: Request) -> Response:
+        parsed = await parsed_body(request, SearchRequest)
+        if isinstance(parsed, Response):
+            return parsed
         outcome = await run_in_threadpool(answer, parsed)
         if outcome.result is None:
             return _error(outcome.status, outcome.error or "")
         return JSONResponse(outcome.result.model_dump())
 
     async def search_batch(request: Request) -> Response:
-        if not authorized(request):
-            return refused()
-        payload = await json_body(request)
-        if isinstance(payload, JSONResponse):
-            return payload
-        try:
-            parsed = BatchSearchRequest.model_validate(payload)
-        except ValidationError as exc:
-            return _error(422, _validation_message(exc))
+        parsed = await parsed_body(request, BatchSearchRequest)
+        if isinstance(parsed, Response):
+            return parsed
         results = await run_in_threadpool(lambda: [answer(q) for q in parsed.queries])
         return JSONResponse(BatchSearchResponse(results=results).model_dump())
 
