@@ -21,6 +21,13 @@ REPEAT_TIMES = 3
 # A header sharing this many consecutive words with the prompt's own instructions is the prompt echoed
 # (a base model continuing its input), never a description: a sound header shares a few ("of this document").
 ECHO_WORDS = 8
+# Words that situate nothing: a header made of these alone ("This passage", "The passage is about the
+# passage.") names nothing of the passage; a header must name at least MIN_CONTENT_WORDS other words.
+_GENERIC_WORDS = frozenset(
+    "a an the this that these those it its is are was be of in on at to from for and or by with about as "
+    "which what where who passage passages section sections document documents chunk chunks text part here "
+    "above below sits describes discusses covers explains contains talks".split())
+MIN_CONTENT_WORDS = 2
 _TAG = re.compile(r"<[^<>]{0,40}>")
 # The prompt's own markup: its opening tags with their attributes, its closing tags, or document
 # text as the prompt escapes it. A header holding one is the model echoing its prompt (or a
@@ -121,6 +128,8 @@ def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_toke
         raise HeaderValidationError(f"header repeats the prompt's instructions ('{echoed}')")
     if len(_WORD.findall(_TAG.sub(" ", text))) < 2:
         raise HeaderValidationError("header is markup, not a sentence")
+    if len([w for w in _WORD.findall(text) if w.lower() not in _GENERIC_WORDS]) < MIN_CONTENT_WORDS:
+        raise HeaderValidationError("header names nothing of the passage (only words like 'this passage')")
     tokens = count_tokens(text)
     if tokens > max_tokens:
         raise HeaderValidationError(f"header has {tokens} tokens, over the limit of {max_tokens}")
