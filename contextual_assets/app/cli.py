@@ -12,10 +12,9 @@ import logging
 import os
 import sys
 from collections.abc import Iterable
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as distribution_version
 from types import ModuleType
 
+from contextual_assets import package_version
 from contextual_assets.errors import ContextualError, DependencyUnavailable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -42,17 +41,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("status", "store, settings, index versions with their coverage, the candidate, and the "
                          "header fleet's health"),
 }
-
-
-DISTRIBUTION = "contextual-retrieval-platform"
-
-
-def package_version() -> str:
-    """The installed distribution's version (a checkout that was never installed says so)."""
-    try:
-        return distribution_version(DISTRIBUTION)
-    except PackageNotFoundError:
-        return "unknown (not installed: pip install -e .)"
 
 
 def configure_logging() -> None:

@@ -40,9 +40,9 @@ class PromptTemplate:
         return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
 
     @property
-    def instructions(self) -> list[str]:
+    def instructions(self) -> tuple[str, ...]:
         """The template's own text, cut at its placeholders: what a header echoing its prompt repeats."""
-        return [part for part in re.split(r"\{\w+\}", f"{self.system}\n{self.user}") if part.strip()]
+        return tuple(part for part in re.split(r"\{\w+\}", f"{self.system}\n{self.user}") if part.strip())
 
 
 @lru_cache(maxsize=8)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from difflib import SequenceMatcher
+from functools import lru_cache
 
 from ..errors import HeaderGenerationError
 
@@ -88,20 +89,25 @@ def repeated_phrase(text: str) -> str | None:
     return None
 
 
-def echoed_instruction(text: str, instructions: list[str]) -> str | None:
-    """A run of ECHO_WORDS words of `text` found in one part of the prompt's instructions, if any."""
+def _word_runs(text: str) -> set[tuple[str, ...]]:
     words = [w.lower() for w in _WORD.findall(text)]
-    grams = {tuple(words[i:i + ECHO_WORDS]) for i in range(len(words) - ECHO_WORDS + 1)}
-    for part in instructions:
-        said = [w.lower() for w in _WORD.findall(part)]
-        for i in range(len(said) - ECHO_WORDS + 1):
-            if tuple(said[i:i + ECHO_WORDS]) in grams:
-                return " ".join(said[i:i + ECHO_WORDS])
-    return None
+    return {tuple(words[i:i + ECHO_WORDS]) for i in range(len(words) - ECHO_WORDS + 1)}
+
+
+@lru_cache(maxsize=16)
+def _instruction_runs(instructions: tuple[str, ...]) -> frozenset[tuple[str, ...]]:
+    """Each part's runs of ECHO_WORDS words (never across a placeholder), once per prompt."""
+    return frozenset(run for part in instructions for run in _word_runs(part))
+
+
+def echoed_instruction(text: str, instructions: tuple[str, ...]) -> str | None:
+    """A run of ECHO_WORDS words of `text` found in one part of the prompt's instructions, if any."""
+    echoed = sorted(_word_runs(text) & _instruction_runs(instructions))
+    return " ".join(echoed[0]) if echoed else None
 
 
 def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_tokens, salvage: bool = False,
-                    instructions: list[str] | None = None) -> str:
+                    instructions: tuple[str, ...] = ()) -> str:
     """Return the cleaned header or raise HeaderValidationError with the reason.
 
     With `salvage`, an answer that is too long, has too many sentences or repeats its first sentence is
@@ -123,7 +129,7 @@ def validate_header(header: str, chunk_text: str, *, max_tokens: int, count_toke
                 break
     if _PROMPT_MARKUP.search(text):
         raise HeaderValidationError("header contains the prompt's <document>/<chunk> markup (an echoed prompt)")
-    echoed = echoed_instruction(text, instructions or [])
+    echoed = echoed_instruction(text, instructions)
     if echoed is not None:
         raise HeaderValidationError(f"header repeats the prompt's instructions ('{echoed}')")
     if len(_WORD.findall(_TAG.sub(" ", text))) < 2:

@@ -58,6 +58,8 @@ def _validation_message(exc: ValidationError) -> str:
 
 def create_app(service: SearchService, token: str | None = None, max_request_bytes: int = 16_384) -> Starlette:
     metrics = ServiceMetrics()
+    document = openapi_document(bearer=bool(token))
+    page = docs_page(document)
 
     def authorized(request: Request) -> bool:
         if not token:
@@ -153,10 +155,10 @@ def create_app(service: SearchService, token: str | None = None, max_request_byt
         return Response(metrics.exposition(), media_type=metrics.content_type)
 
     async def openapi(request: Request) -> Response:
-        return JSONResponse(openapi_document(bearer=bool(token)))
+        return JSONResponse(document)
 
     async def docs(request: Request) -> Response:
-        return HTMLResponse(docs_page(openapi_document(bearer=bool(token))))
+        return HTMLResponse(page)
 
     def observed(route: str, handler: Handler) -> Handler:
         """The handler, counted and timed under `route` and written to the access log."""

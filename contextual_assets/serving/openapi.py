@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
+from contextual_assets import package_version
+
 from .api import BatchSearchRequest, BatchSearchResponse, ErrorBody, SearchRequest, SearchResponse, VersionsResponse
 
 _REF = "#/components/schemas/{model}"
@@ -28,8 +30,6 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 def openapi_document(*, bearer: bool) -> dict[str, Any]:
     """The document; `bearer`: the search and version routes need a token (this service has one set)."""
-    from contextual_assets.app.cli import package_version
-
     _, schemas = models_json_schema(
         [(m, "validation") for m in (SearchRequest, BatchSearchRequest)]
         + [(m, "serialization") for m in (SearchResponse, BatchSearchResponse, VersionsResponse, ErrorBody)],

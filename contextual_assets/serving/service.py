@@ -181,8 +181,7 @@ class SearchService:
 
     def ready(self) -> dict:
         """Ready to serve: the store answers and a version is there to serve by default (else a 503)."""
-        production = self.production()
-        default = production or self._fallback_version()
+        production, default = self.production(), self.default_version()
         if not default:
             raise SearchError(503, f"nothing to serve yet: '{self.alias}' is not set and the current settings "
                                    "build no version; ingest and `ctx eval`")
