@@ -61,13 +61,14 @@ BATCH_DOCS = ("architecture_notes.md", "release_notes.txt")
 class SwapLoop:
     """One store, one Dagster instance, the corpus registered once; each header setup builds its version."""
 
-    def __init__(self, workdir: Path, sources: list[tuple[str, Path]], gold: Path, fallback_share: float):
+    def __init__(self, workdir: Path, sources: list[tuple[str, Path]], gold: Path, fallback_share: float,
+                 request_timeout_s: float):
         self.workdir, self.sources, self.gold = workdir, sources, gold
         # A document whose header run fails is not run again (a model's bad answers fail alike again); the
         # share of chunks that may keep their structural header is the bench's, reported per model.
         self.base = PlatformSettings(home=str(workdir), inbox=str(workdir / "inbox"),
                                      duckdb_path=str(workdir / "swap.duckdb"), database_url="", ingest_retries=0,
-                                     llm_fallback_share=fallback_share)
+                                     llm_fallback_share=fallback_share, llm_request_timeout_s=request_timeout_s)
         resources = build_resources(self.base.model_copy(update={"header_source": "structural"}))
         self.store = resources["store"].open()
         self.embedder = resources["embedder"].get()
@@ -253,9 +254,9 @@ def corpus(quick: bool, workdir: Path, dataset: Path, gold: Path | None) -> tupl
 
 
 def run(quick: bool, workdir: Path, dataset: Path, gold: Path | None, capacity_s: float,
-        fallback_share: float) -> dict:
+        fallback_share: float, request_timeout_s: float) -> dict:
     sources, gold_path = corpus(quick, workdir, dataset, gold)
-    loop = SwapLoop(workdir, sources, gold_path, fallback_share)
+    loop = SwapLoop(workdir, sources, gold_path, fallback_share, request_timeout_s)
     rows = loop.rows
     started = time.monotonic()
     rows["none"] = loop.build("none", header_source="none")
@@ -309,7 +310,7 @@ def run(quick: bool, workdir: Path, dataset: Path, gold: Path | None, capacity_s
     return {
         "corpus": "samples" if quick else str(dataset / "codebase_chunks.json"), "gold": str(gold_path.name),
         "model_a": MODEL_A.name, "model_b": MODEL_B.name, "engine": rows[MODEL_A.name]["servers"][0]["engine"],
-        "fallback_share": fallback_share,
+        "fallback_share": fallback_share, "request_timeout_s": request_timeout_s,
         "models": [{"name": name, **{k: v for k, v in row.items() if k != "name"}} for name, row in rows.items()],
         "gate": gate, "replicas": replicas,
         "replica_check": {"hedges": rows[MODEL_B.name]["hedges"], "hedge_wins": rows[MODEL_B.name]["hedge_wins"],
@@ -353,12 +354,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fallback-share", type=float, default=0.5,
                         help="CTX_LLM_FALLBACK_SHARE for the model builds (the platform's default, 0.05, refused "
                              "Gemma 3 270M's codebase build: 132 of 737 chunks got no valid header)")
+    parser.add_argument("--request-timeout-s", type=float, default=300.0,
+                        help="CTX_LLM_REQUEST_TIMEOUT_S for the model builds (the platform's 60 s ran the retry budget "
+                             "out on a 1-thread CPU replica of SmolLM2 with a queue of long prompts)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="model-swap-"))
     capacity_s = args.capacity_s or (30.0 if args.quick else 60.0)
-    result = run(args.quick, workdir, args.dataset, args.gold, capacity_s, args.fallback_share)
+    result = run(args.quick, workdir, args.dataset, args.gold, capacity_s, args.fallback_share,
+                 args.request_timeout_s)
     print_table(result)
     write_json(args.json, result)
     return 0

@@ -70,6 +70,8 @@ class PlatformSettings(BaseSettings):
     llm_max_in_flight: int = Field(0, ge=0, description="a ceiling on requests in flight per replica, an integer "
                                                         ">= 0 (0: none; each replica's useful concurrency is found "
                                                         "from its own signals)")
+    llm_request_timeout_s: float = Field(60.0, gt=0, description="seconds > 0 to wait for a header answer "
+                                                                  "before the request is retried elsewhere")
     embed_base_url: str = Field("", description="an OpenAI-compatible /v1 base URL (empty: the bundled MiniLM)")
     embed_model: str = Field("", description="the embedding model served at CTX_EMBED_BASE_URL")
     embed_api_key_env: str = Field("CTX_EMBED_API_KEY", description="the name of the variable that holds the key")

@@ -43,7 +43,7 @@ class FleetConfig(BaseModel):
     discovery_ttl_s: float = 300.0
     context_limit: int | None = None  # overrides max_model_len from /v1/models
     max_output_tokens: int = 80
-    request_timeout_s: float = 60.0
+    request_timeout_s: float = Field(default=_default("llm_request_timeout_s"), gt=0)
     connect_timeout_s: float = 5.0
     max_attempts: int = 4
     retry_budget_ratio: float = 0.2  # retries allowed per request sent, across the fleet

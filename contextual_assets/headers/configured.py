@@ -49,7 +49,7 @@ class HeaderConfig(BaseModel):
     max_output_tokens: int = _fleet_default("max_output_tokens")
     max_header_tokens: int = 64
     context_tokens: int = _default("context_tokens")
-    request_timeout_s: float = _fleet_default("request_timeout_s")
+    request_timeout_s: float = _default("llm_request_timeout_s")
     max_attempts: int = _fleet_default("max_attempts")
     sample_metrics: bool = _default("llm_sample_metrics")  # sample replicas' /metrics into a per-run timeline
     fallback_share: float = _default("llm_fallback_share")  # chunks per document that may fall back to structural
@@ -60,7 +60,7 @@ class HeaderConfig(BaseModel):
         "model": "llm_model", "revision": "llm_revision", "allow_mixed_models": "llm_allow_mixed_models",
         "context_limit": "llm_context_limit", "batch_size": "llm_batch_size", "sample_metrics": "llm_sample_metrics",
         "api_key_env": "llm_api_key_env", "max_in_flight": "llm_max_in_flight", "context_tokens": "context_tokens",
-        "fallback_share": "llm_fallback_share"}
+        "fallback_share": "llm_fallback_share", "request_timeout_s": "llm_request_timeout_s"}
 
     def resolved_source(self) -> tuple[str, str | None]:
         """(source, warning): the source that will run and why, when `auto` had to choose."""
