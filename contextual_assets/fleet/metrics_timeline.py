@@ -46,7 +46,8 @@ class MetricsTimeline:
 
 
 class MetricsSampler:
-    """Polls every replica's /metrics every `interval_s` in a background thread."""
+    """Polls every replica's /metrics every `interval_s` in a background thread; `sample()` takes a pass
+    now (one pass at a time, so each replica's samples stay in time order)."""
 
     def __init__(self, base_urls: list[str], interval_s: float = 0.1, timeout_s: float = 1.0):
         self.urls = {u: metrics_url(u) for u in base_urls}
@@ -54,10 +55,13 @@ class MetricsSampler:
         self.timeout_s = timeout_s
         self.timeline = MetricsTimeline(started=time.monotonic())
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._client = httpx.Client(timeout=timeout_s)
         self._thread = threading.Thread(target=self._run, name="metrics-sampler", daemon=True)
 
     def start(self) -> "MetricsSampler":
         self.timeline = MetricsTimeline(started=time.monotonic())
+        self.sample()  # the baseline: counters that move after start are all counted
         self._thread.start()
         return self
 
@@ -71,16 +75,24 @@ class MetricsSampler:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        self._client.close()
         return self.timeline
 
+    def sample(self) -> float:
+        """One pass over the replicas; returns when it ended. Called when a piece of work is done, it
+        puts every counter that work moved into the timeline, however late the background thread runs
+        on a loaded machine."""
+        with self._lock:
+            for base, url in self.urls.items():
+                try:
+                    values = read_metric_values(self._client.get(url).text)
+                except Exception:  # a dead replica has no metrics; its timeline just has a gap
+                    continue
+                self.timeline.samples.setdefault(base, []).append((time.monotonic(), values))
+            return time.monotonic()
+
     def _run(self) -> None:
-        with httpx.Client(timeout=self.timeout_s) as client:
-            while not self._stop.is_set():
-                tick = time.monotonic()
-                for base, url in self.urls.items():
-                    try:
-                        values = read_metric_values(client.get(url).text)
-                    except Exception:  # a dead replica has no metrics; its timeline just has a gap
-                        continue
-                    self.timeline.samples.setdefault(base, []).append((time.monotonic(), values))
-                self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - tick)))
+        while not self._stop.is_set():
+            tick = time.monotonic()
+            self.sample()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - tick)))

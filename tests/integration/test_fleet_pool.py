@@ -194,11 +194,23 @@ def test_structured_batching_and_fallback():
 def test_metrics_sampler_builds_a_timeline():
     with simulated_fleet(2, time_scale=0.05) as (sim, fleet):
         with MetricsSampler(sim.base_urls, interval_s=0.05) as sampler:
-            results_ok(fleet.run([prompt_request(i, words=400) for i in range(64)]))
-            time.sleep(0.2)
+            results = results_ok(fleet.run([prompt_request(i, words=400) for i in range(64)]))
+            sampler.sample()  # a pass after the last answer: the timeline holds every prompt token
         rows = sampler.timeline.per_second()
-        assert sum(r["prompt_tokens"] for r in rows) > 0
+        assert sum(r["prompt_tokens"] for r in rows) == sum(r.prompt_tokens for r in results) > 0
         assert set(sampler.timeline.samples) == set(sim.base_urls)
+
+
+def test_a_pass_taken_when_work_ends_counts_it_however_late_the_sampler_thread_is():
+    # The thread takes its first pass at start, then sleeps for an hour: only sample() sees the work.
+    with simulated_fleet(1, time_scale=0.05) as (sim, fleet):
+        with MetricsSampler(sim.base_urls, interval_s=3600) as sampler:
+            before = sum(r["prompt_tokens"] for r in sampler.timeline.per_second())
+            results = results_ok(fleet.run([prompt_request(i, words=200) for i in range(8)]))
+            sampler.sample()
+            rows = sampler.timeline.per_second()
+    assert before == 0
+    assert sum(r["prompt_tokens"] for r in rows) == sum(r.prompt_tokens for r in results) > 0
 
 
 def test_ingest_through_dagster_on_the_simulated_fleet(tmp_path, samples_dir, settings_factory):

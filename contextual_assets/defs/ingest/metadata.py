@@ -45,9 +45,11 @@ class HeaderMetadata:
         if isinstance(source, OpenAIHeaderSource) and stats is not None:
             metadata.update(fleet_metadata(source, stats))
         if self.sampler is not None:
-            # The replicas' /metrics while this document's headers were generated, one row per second.
+            # The replicas' /metrics while this document's headers were generated, one row per second,
+            # to a pass taken now: the counters its last answers moved are in, whatever the sampler's lag.
+            sampled = self.sampler.sample()
             metadata["fleet_timeline"] = dg.MetadataValue.json(
-                timeline_window(self.sampler.timeline, job.headers_started, job.headers_finished))
+                timeline_window(self.sampler.timeline, job.headers_started, max(job.headers_finished, sampled)))
         first = next((r.header for r in job.headers if r is not None and r.header), "")
         if first:
             metadata["example_header"] = first
