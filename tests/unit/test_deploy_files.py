@@ -1,16 +1,22 @@
-"""deploy/: the container image, the compose file, the Helm values and the fleet files, checked without
-Docker, Helm or a cluster.
+"""deploy/: the container image, the compose file, the Helm values, the Kubernetes manifests and the fleet
+and gold files, checked without Docker, Helm or a cluster.
 
 - compose.yaml is interpolated the way compose does it (string values after YAML parsing, from
-  deploy/.env.example) and validated against the Compose Specification's JSON schema
-  (deploy/schemas/compose-spec.json); every variable it uses is in .env.example, every service has an
-  image, and every volume, config, secret and file it names exists; the vLLM services and the fleet
-  file list the same replicas.
-- The Dockerfile is parsed: its base image, its torch index, every COPY source (present and not
-  excluded by .dockerignore) and its command (a module that exists, flags the installed dagster CLI has).
+  deploy/.env.example) and validated against the Compose Specification's JSON schema as check-jsonschema
+  vendors it (its builtin `vendor.compose-spec`, read from the installed package, and its CLI); every
+  variable it uses is in .env.example, every service has an image, and every volume, config, secret and
+  file it names exists; the vLLM services and the fleet file list the same replicas; the run containers
+  the DockerRunLauncher starts get the network, settings and files the code server has.
+- The Dockerfile is parsed: its base image, its torch index and extras, every COPY source (present and
+  not excluded by .dockerignore) and its command (a module that exists, flags the installed dagster CLI
+  has).
 - The Helm values are validated against the Dagster chart's values.schema.json
   (deploy/helm/values.schema.json), and, because that schema lets unknown keys through at the top level
   and in a user deployment, every key path is also checked against the schema's properties.
+- Every Kubernetes manifest under deploy/helm/ is validated offline against Kubernetes' own schemas
+  (kubernetes-validate, strict, Kubernetes KUBERNETES_VERSION); the fleet ConfigMap names the vLLM
+  StatefulSet's replicas; the gold set parses with the project's loader and is mounted where
+  CTX_GOLD_FILE points.
 Each check is also run once on a broken input, to show it can fail.
 """
 
@@ -19,16 +25,20 @@ from __future__ import annotations
 import copy
 import fnmatch
 import hashlib
+import importlib.resources
 import importlib.util
 import json
 import re
 import shlex
 import subprocess
+import tomllib
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -37,7 +47,10 @@ from tests.support import REPO_ROOT
 DEPLOY = REPO_ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
 ENV_EXAMPLE = DEPLOY / ".env.example"
-COMPOSE_SCHEMA = DEPLOY / "schemas" / "compose-spec.json"
+COMPOSE_INSTANCE = DEPLOY / "dagster.compose.yaml"
+POSTGRES_INSTANCE = DEPLOY / "dagster.postgres.yaml"
+GOLD_EXAMPLE = DEPLOY / "gold.example.yaml"
+CADDYFILE = DEPLOY / "Caddyfile"
 DOCKERFILE = DEPLOY / "Dockerfile"
 DOCKERIGNORE = REPO_ROOT / ".dockerignore"
 FLEET_COMPOSE = DEPLOY / "fleet.compose.yaml"
@@ -48,7 +61,15 @@ HELM_VALUES = HELM / "values.yaml"
 HELM_GPU_VALUES = HELM / "values-gpu-embedding.yaml"
 FLEET_CONFIGMAP = HELM / "fleet-configmap.yaml"
 SEARCH_SERVICE = HELM / "search-service.yaml"
+VLLM_MANIFEST = HELM / "vllm.yaml"
+GOLD_CONFIGMAP = HELM / "gold-configmap.yaml"
 README = DEPLOY / "README.md"
+# The Kubernetes API the manifests are validated against (kubernetes-validate holds the schemas of each
+# minor up to its own version); deploy/README.md names it.
+KUBERNETES_VERSION = "1.33"
+NAMESPACE = "ctx"  # the namespace deploy/README.md installs into
+# The extras the image installs: the S3 inbox the Helm values recommend, and both run launchers.
+IMAGE_EXTRAS = {"s3", "k8s", "docker"}
 
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 DEFINITIONS_MODULE = "contextual_assets.definitions"
@@ -127,9 +148,29 @@ def compose() -> dict:
     return interpolate(compose_raw(), filled_env())
 
 
+def _vendored(name: str) -> Traversable:
+    """A file of check-jsonschema's vendored schemas: its builtin `vendor.<name>` is this file."""
+    return importlib.resources.files("check_jsonschema.builtin_schemas.vendor").joinpath(name)
+
+
+def compose_schema() -> dict:
+    """The Compose Specification's JSON schema, as the installed check-jsonschema vendors it."""
+    return json.loads(_vendored("compose-spec.json").read_bytes())
+
+
 def compose_schema_errors(document: dict) -> list[str]:
-    validator = jsonschema.Draft202012Validator(json.loads(COMPOSE_SCHEMA.read_text()))
+    validator = jsonschema.Draft202012Validator(compose_schema())
     return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document)]
+
+
+def check_jsonschema_cli(document: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    """check-jsonschema's own command on the interpolated file, with its builtin compose schema."""
+    path = tmp_path / "compose.interpolated.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return subprocess.run(
+        [str(REPO_ROOT / ".venv" / "bin" / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )
 
 
 def compose_reference_problems(document: dict) -> list[str]:
@@ -151,7 +192,9 @@ def compose_reference_problems(document: dict) -> list[str]:
                 problems.append(f"{name}: build.dockerfile not found under {context}")
         for mount in service.get("volumes", []):
             source = mount.split(":", 1)[0] if isinstance(mount, str) else mount.get("source", "")
-            if source.startswith((".", "/")):
+            if source.startswith("/"):
+                continue  # a host path (the Docker socket): the host's, not the repository's
+            if source.startswith("."):
                 if not (DEPLOY / source).exists():
                     problems.append(f"{name}: bind mount source {source} does not exist")
             elif source not in (document.get("volumes") or {}):
@@ -207,6 +250,88 @@ def fleet_urls_of_compose(document: dict) -> set[str]:
         command = service["command"]
         urls.add(f"http://{name}:{_flag(command, '--port')}/v1")
     return urls
+
+
+def _mounts(service: dict) -> dict[str, str]:
+    """A service's volume mounts as {container path: source}."""
+    pairs = [m.split(":")[:2] if isinstance(m, str) else (m["source"], m["target"]) for m in service.get("volumes", [])]
+    return {target: source for source, target in pairs}
+
+
+def etc_files(document: dict) -> dict[str, Path]:
+    """The files service config-files copies into its volume, as {path inside the volume's mount:
+    repository file}: `cp <mounted configs...> <volume mount>/`."""
+    service = document["services"]["config-files"]
+    words = shlex.split(service["command"][-1])
+    assert words[0] == "cp", words
+    *sources, dest = words[1:]
+    configs = {c["target"]: DEPLOY / document["configs"][c["source"]]["file"] for c in service["configs"]}
+    assert dest.rstrip("/") in _mounts(service), f"config-files copies to {dest}, which is no volume"
+    return {f"{dest.rstrip('/')}/{Path(source).name}": configs[source] for source in sources if source in configs}
+
+
+def file_in_service(document: dict, service_name: str, path: str) -> Path | None:
+    """The repository file at `path` in a service's container: a config mounted there, or a file that
+    config-files copied into a volume the service mounts at the same place."""
+    service = document["services"][service_name]
+    configs = {c["target"]: c["source"] for c in service.get("configs", [])}
+    if path in configs:
+        return DEPLOY / document["configs"][configs[path]]["file"]
+    copier = _mounts(document["services"]["config-files"])
+    mounts = _mounts(service)
+    folder = str(Path(path).parent)
+    if folder in mounts and copier.get(folder) == mounts[folder]:
+        return etc_files(document).get(path)
+    return None
+
+
+def _volume_names(document: dict) -> dict[str, str]:
+    """{Docker volume name: compose volume key} for the volumes given a fixed name."""
+    return {spec["name"]: key for key, spec in (document.get("volumes") or {}).items() if spec and spec.get("name")}
+
+
+def run_launcher_problems(document: dict, instance: dict) -> list[str]:
+    """What a run container, started by the daemon with the instance's DockerRunLauncher, would lack
+    compared with the code server: the compose network, an ingest setting, a volume (the inbox, the
+    storage folder, the fleet and gold files), the code server's image; and whether the daemon and
+    webserver can reach Docker."""
+    launcher = instance.get("run_launcher") or {}
+    if (launcher.get("module"), launcher.get("class")) != ("dagster_docker", "DockerRunLauncher"):
+        return [f"run_launcher is {launcher.get('class')}, not dagster_docker.DockerRunLauncher"]
+    problems = []
+    config = launcher.get("config", {})
+    services = document["services"]
+    network = ((document.get("networks") or {}).get("default") or {}).get("name")
+    if config.get("network") != network:
+        problems.append(f"network {config.get('network')!r} is not the compose network's name {network!r}")
+    code_env, daemon_env = services["code-server"]["environment"], services["daemon"]["environment"]
+    forwarded = set(config.get("env_vars", []))
+    for name in sorted({k for k in code_env if k.startswith("CTX_")} | {"DATABASE_URL", "DAGSTER_PG_URL"}):
+        if name not in forwarded:
+            problems.append(f"run containers do not receive {name}")
+        elif daemon_env.get(name) != code_env[name]:
+            problems.append(f"the daemon passes on {name}={daemon_env.get(name)!r}, the code server has {code_env[name]!r}")
+    names, code_mounts = _volume_names(document), _mounts(services["code-server"])
+    run_mounts = {}
+    for mount in config.get("container_kwargs", {}).get("volumes", []):
+        source, target = mount.split(":")[:2]
+        run_mounts[target] = source
+        if source not in names:
+            problems.append(f"run volume {source} is no compose volume's name")
+        elif code_mounts.get(target) != names[source]:
+            problems.append(f"{target}: the code server mounts {code_mounts.get(target)}, run containers {names[source]}")
+    for name in ("CTX_LLM_FLEET_FILE", "CTX_GOLD_FILE", "CTX_INBOX"):
+        path = Path(code_env[name])
+        if not any(path == Path(t) or Path(t) in path.parents for t in run_mounts):
+            problems.append(f"{name}={path}: not on a volume the run containers mount")
+    if code_env.get("DAGSTER_CURRENT_IMAGE") != services["code-server"]["image"]:
+        problems.append("the code server's DAGSTER_CURRENT_IMAGE is not its image: runs would start from another")
+    for name in ("daemon", "webserver"):
+        if _mounts(services[name]).get("/var/run/docker.sock") != "/var/run/docker.sock":
+            problems.append(f"{name} does not mount the Docker socket")
+        if not services[name].get("group_add"):
+            problems.append(f"{name} is not in the socket's group (group_add)")
+    return problems
 
 
 def load_fleet(path: Path):
@@ -273,8 +398,17 @@ def dockerfile_problems(text: str) -> list[str]:
     if args.get("TORCH_INDEX_URL") != CPU_TORCH_INDEX:
         problems.append(f"TORCH_INDEX_URL defaults to {args.get('TORCH_INDEX_URL')!r}, not the CPU index")
     installs = [rest for keyword, rest in instructions if keyword == "RUN" and "pip install" in rest]
-    if not any('--extra-index-url "${TORCH_INDEX_URL}"' in run and " ." in run for run in installs):
-        problems.append("no `pip install --extra-index-url \"${TORCH_INDEX_URL}\" .`")
+    install = next((run for run in installs if '--extra-index-url "${TORCH_INDEX_URL}"' in run), None)
+    package = re.search(r'-e "\.(?:\[([^\]]*)\])?"', install or "")
+    if package is None:
+        problems.append('no `pip install --extra-index-url "${TORCH_INDEX_URL}" -e ".[extras]"`')
+    else:
+        extras = set((package.group(1) or "").split(",")) - {""}
+        if IMAGE_EXTRAS - extras:
+            problems.append(f"the image installs the package without the extras {sorted(IMAGE_EXTRAS - extras)}")
+        declared = set(pyproject()["project"]["optional-dependencies"])
+        if extras - declared:
+            problems.append(f"the image installs extras pyproject.toml does not declare: {sorted(extras - declared)}")
     patterns = _dockerignore_patterns()
     for keyword, rest in instructions:
         if keyword != "COPY":
@@ -296,6 +430,10 @@ def dockerfile_problems(text: str) -> list[str]:
         if importlib.util.find_spec(module) is None:
             problems.append(f"CMD module {module} does not exist")
     return problems
+
+
+def pyproject() -> dict:
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
 
 
 def dockerfile_cmd() -> list[str]:
@@ -465,39 +603,53 @@ def _camel_to_snake(node: Any) -> Any:
 
 def test_every_file_under_deploy_parses():
     yaml_files = sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"))
-    assert {COMPOSE, HELM_VALUES, FLEET_CONFIGMAP, FLEET_COMPOSE, WORKSPACE_GRPC} <= set(yaml_files)
+    assert {COMPOSE, COMPOSE_INSTANCE, POSTGRES_INSTANCE, HELM_VALUES, FLEET_CONFIGMAP, FLEET_COMPOSE, WORKSPACE_GRPC,
+            GOLD_EXAMPLE, GOLD_CONFIGMAP, VLLM_MANIFEST, SEARCH_SERVICE} <= set(yaml_files)
     for path in yaml_files:
         documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-        assert documents and all(isinstance(d, dict) for d in documents), path
+        kind = list if path == GOLD_EXAMPLE else dict  # a gold set is a list of tasks
+        assert documents and all(isinstance(d, kind) for d in documents), path
     for path in sorted(DEPLOY.rglob("*.json")):
         assert isinstance(json.loads(path.read_text()), dict), path
 
 
 def test_the_committed_schemas_are_the_ones_deploy_readme_names():
-    """Both schemas are copies of upstream files; deploy/README.md names where they come from and their
-    sha256, so an edit to either shows here."""
+    """The chart schema is a copy of the upstream file; deploy/README.md names where it comes from and its
+    sha256, so an edit shows here. The compose and Kubernetes schemas are the installed packages' own."""
     readme = README.read_text()
-    for path in (HELM_SCHEMA, COMPOSE_SCHEMA):
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        assert digest in readme, f"{path.relative_to(REPO_ROOT)}: sha256 {digest} is not in deploy/README.md"
+    digest = hashlib.sha256(HELM_SCHEMA.read_bytes()).hexdigest()
+    assert digest in readme, f"{HELM_SCHEMA.relative_to(REPO_ROOT)}: sha256 {digest} is not in deploy/README.md"
     assert "433c65790b0cd47cc2ead98deae42308bf8110c2" in readme
+    assert not (DEPLOY / "schemas").exists(), "the compose schema is check-jsonschema's vendored copy now"
+    assert "vendor.compose-spec" in readme and f"Kubernetes {KUBERNETES_VERSION}" in readme
+
+
+def test_the_compose_schema_is_check_jsonschemas_vendored_copy():
+    """The schema read from the installed check-jsonschema is the one it ships (its recorded sha256)."""
+    recorded = _vendored("sha256").joinpath("compose-spec.sha256").read_text().split()[0]
+    assert hashlib.sha256(_vendored("compose-spec.json").read_bytes()).hexdigest() == recorded
+    assert compose_schema()["$schema"] == "https://json-schema.org/draft/2020-12/schema"
 
 
 # ==================================================================================================
 # compose
 
 
-def test_compose_file_is_valid_against_the_compose_specification():
+def test_compose_file_is_valid_against_the_compose_specification(tmp_path):
     assert compose_schema_errors(compose()) == []
+    result = check_jsonschema_cli(compose(), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_compose_schema_check_catches_an_invalid_file():
+def test_compose_schema_check_catches_an_invalid_file(tmp_path):
     broken = compose()
     broken["services"]["code-server"]["restart_policy"] = "always"  # not a compose key
     broken["services"]["vllm-0"]["deploy"]["resources"]["reservations"]["devices"][0].pop("capabilities")
     errors = compose_schema_errors(broken)
     assert any("restart_policy" in e for e in errors), errors
     assert any("capabilities" in e for e in errors), errors
+    result = check_jsonschema_cli(broken, tmp_path)
+    assert result.returncode == 1 and "restart_policy" in result.stdout + result.stderr, result.stdout
 
 
 def test_compose_variables_are_all_in_env_example_and_secrets_are_not():
@@ -524,7 +676,7 @@ def test_env_example_check_catches_a_missing_variable():
 def test_compose_services_have_images_and_what_they_reference_exists():
     document = compose()
     assert compose_reference_problems(document) == []
-    expected = {"postgres", "code-server", "webserver", "daemon", "search"}
+    expected = {"postgres", "config-files", "code-server", "webserver", "daemon", "search"}
     assert expected <= set(document["services"])
     assert document["services"]["postgres"]["image"].startswith("pgvector/pgvector:pg16")
 
@@ -547,16 +699,21 @@ def test_vllm_replicas_each_reserve_their_own_gpu_and_are_the_fleet():
     assert len(vllm_services(document)) >= 2
     fleet = load_fleet(FLEET_COMPOSE)
     assert {r.base_url for r in fleet.replicas} == fleet_urls_of_compose(document)
-    max_num_seqs = {int(_flag(s["command"], "--max-num-seqs")) for s in vllm_services(document).values()}
-    assert {r.max_in_flight for r in fleet.replicas} == max_num_seqs
-    # The code server reads that file where compose mounts it, and runs with the key vLLM requires.
+    # The code server reads that file where compose puts it, and runs with the key vLLM requires.
     code_server = document["services"]["code-server"]
-    fleet_path = code_server["environment"]["CTX_LLM_FLEET_FILE"]
-    mounts = {c["target"]: document["configs"][c["source"]]["file"] for c in code_server["configs"]}
-    assert (DEPLOY / mounts[fleet_path]).resolve() == FLEET_COMPOSE.resolve()
+    env = code_server["environment"]
+    assert file_in_service(document, "code-server", env["CTX_LLM_FLEET_FILE"]).resolve() == FLEET_COMPOSE.resolve()
     for service in vllm_services(document).values():
-        assert service["environment"]["VLLM_API_KEY"] == code_server["environment"]["CTX_LLM_API_KEY"]
-        assert _flag(service["command"], "--model") == code_server["environment"]["CTX_LLM_MODEL"]
+        command = service["command"]
+        assert service["environment"]["VLLM_API_KEY"] == env["CTX_LLM_API_KEY"]
+        assert _flag(command, "--model") == _flag(command, "--served-model-name") == env["CTX_LLM_MODEL"]
+        assert int(_flag(command, "--max-model-len")) >= 4096
+        assert "--enable-prefix-caching" in command and _flag(command, "--generation-config") == "vllm"
+        # --max-num-seqs is the replica's batch capacity; the client finds the useful concurrency under it
+        # (a max_in_flight in the fleet file is a ceiling only), so it is not set low to throttle.
+        max_num_seqs = int(_flag(command, "--max-num-seqs"))
+        assert max_num_seqs >= 256, f"--max-num-seqs {max_num_seqs}: vLLM's batch capacity, not a throttle"
+        assert all(r.max_in_flight is None or r.max_in_flight <= max_num_seqs for r in fleet.replicas)
 
 
 def test_gpu_and_fleet_checks_catch_mistakes(tmp_path):
@@ -575,7 +732,7 @@ def test_gpu_and_fleet_checks_catch_mistakes(tmp_path):
     assert {r.base_url for r in load_fleet(one).replicas} != fleet_urls_of_compose(compose())
 
 
-def test_dagster_processes_share_the_postgres_instance_and_find_the_code_server():
+def test_dagster_processes_share_the_compose_instance_and_find_the_code_server():
     from dagster._core.workspace.config_schema import process_workspace_config
 
     document = compose()
@@ -584,12 +741,11 @@ def test_dagster_processes_share_the_postgres_instance_and_find_the_code_server(
         service = services[name]
         env = service["environment"]
         home = env["DAGSTER_HOME"]
-        mounts = {c["target"]: document["configs"][c["source"]]["file"] for c in service["configs"]}
-        assert (DEPLOY / mounts[f"{home}/dagster.yaml"]).resolve() == (DEPLOY / "dagster.postgres.yaml").resolve()
+        assert file_in_service(document, name, f"{home}/dagster.yaml").resolve() == COMPOSE_INSTANCE.resolve()
         url = urlparse(env["DAGSTER_PG_URL"])
         assert (url.scheme, url.hostname, url.path) == ("postgresql+psycopg2", "postgres", "/dagster"), name
         assert any(v.endswith(":/opt/dagster/dagster_home/storage") for v in service["volumes"]), name
-    for name in ("code-server", "search"):
+    for name in ("code-server", "daemon", "search"):
         url = urlparse(services[name]["environment"]["DATABASE_URL"])
         assert (url.scheme, url.hostname, url.path) == ("postgresql", "postgres", "/ctx"), name
 
@@ -607,6 +763,92 @@ def test_dagster_processes_share_the_postgres_instance_and_find_the_code_server(
     assert command == dockerfile_cmd()
     assert services["search"]["command"][:2] == ["ctx", "serve"]
     assert _flag(services["search"]["command"], "--host") == "0.0.0.0"
+
+
+def test_each_run_is_a_container_with_the_code_servers_settings_and_files():
+    """compose's instance launches every run as a container (DockerRunLauncher), which gets what the code
+    server has: the network, the ingest settings (from the daemon), the inbox, storage and /etc/ctx."""
+    document = compose()
+    instance = yaml.safe_load(COMPOSE_INSTANCE.read_text())
+    assert run_launcher_problems(document, instance) == []
+    # The copy service runs once and stops; the code server starts after it.
+    assert document["services"]["config-files"]["restart"] == "no"
+    assert document["services"]["code-server"]["depends_on"]["config-files"] == {
+        "condition": "service_completed_successfully"
+    }
+
+
+def test_run_launcher_check_catches_a_run_container_without_what_it_needs():
+    document = compose()
+    instance = yaml.safe_load(COMPOSE_INSTANCE.read_text())
+    config = instance["run_launcher"]["config"]
+    config["network"] = "ctx_default_typo"
+    config["env_vars"].remove("CTX_GOLD_FILE")
+    config["container_kwargs"]["volumes"] = [v for v in config["container_kwargs"]["volumes"] if "/etc/ctx" not in v]
+    del document["services"]["daemon"]["environment"]["DATABASE_URL"]
+    document["services"]["webserver"]["volumes"].remove("/var/run/docker.sock:/var/run/docker.sock")
+    problems = run_launcher_problems(document, instance)
+    for fragment in ("network 'ctx_default_typo'", "do not receive CTX_GOLD_FILE", "passes on DATABASE_URL=None",
+                     "CTX_LLM_FLEET_FILE=/etc/ctx/fleet.yaml: not on a volume", "webserver does not mount the Docker"):
+        assert any(fragment in p for p in problems), (fragment, problems)
+    instance["run_launcher"] = {"module": "dagster", "class": "DefaultRunLauncher"}
+    assert run_launcher_problems(compose(), instance) == [
+        "run_launcher is DefaultRunLauncher, not dagster_docker.DockerRunLauncher"
+    ]
+
+
+def test_gold_example_parses_with_the_gold_loader_and_compose_mounts_it():
+    from contextual_assets.samples import sample_gold_file
+    from eval_assets.gold.gold_set import load_gold
+
+    gold = load_gold(GOLD_EXAMPLE)
+    # As shipped, the sample corpus's queries: a fresh deployment's smoke test (the sample corpus
+    # ingested) can pass the gate and promote, as `make demo` does with the same set.
+    with sample_gold_file() as path:
+        sample = load_gold(path)
+    assert [(t.query, t.evidence) for t in gold.tasks] == [(t.query, t.evidence) for t in sample.tasks]
+    document = compose()
+    for name in ("code-server", "daemon"):
+        path = document["services"][name]["environment"]["CTX_GOLD_FILE"]
+        assert path == document["services"]["code-server"]["environment"]["CTX_GOLD_FILE"]
+    path = document["services"]["code-server"]["environment"]["CTX_GOLD_FILE"]
+    assert file_in_service(document, "code-server", path).resolve() == GOLD_EXAMPLE.resolve()
+
+
+def test_gold_checks_catch_a_bad_file_or_a_wrong_mount(tmp_path):
+    from contextual_assets.errors import ConfigurationError
+    from eval_assets.gold.gold_set import load_gold
+
+    bad = tmp_path / "gold.yaml"
+    bad.write_text("- query: where is it\n  evidence: []\n")  # a task needs evidence
+    with pytest.raises(ConfigurationError, match="not a valid gold set"):
+        load_gold(bad)
+    document = compose()
+    document["services"]["config-files"]["configs"] = [
+        c for c in document["services"]["config-files"]["configs"] if c["source"] != "gold"
+    ]
+    assert file_in_service(document, "code-server", "/etc/ctx/gold.yaml") is None
+    document = compose()
+    document["services"]["code-server"]["volumes"].remove("etc:/etc/ctx:ro")
+    assert file_in_service(document, "code-server", "/etc/ctx/gold.yaml") is None
+
+
+def test_the_ui_is_published_on_localhost_and_the_proxy_authenticates():
+    """Dagster OSS has no authentication: the UI's port is bound to 127.0.0.1 unless the .env says
+    otherwise, and the optional proxy (profile `proxy`) asks for a login before reaching it."""
+    (raw,) = compose_raw()["services"]["webserver"]["ports"]
+    assert raw == "${DAGSTER_WEBSERVER_BIND:-127.0.0.1}:${DAGSTER_WEBSERVER_PORT:-3000}:3000"
+    assert interpolate(raw, {}) == "127.0.0.1:3000:3000"  # no .env at all
+    assert compose()["services"]["webserver"]["ports"] == ["127.0.0.1:3000:3000"]  # .env.example
+    document = compose()
+    proxy = document["services"]["ui-proxy"]
+    assert proxy["profiles"] == ["proxy"]
+    assert file_in_service(document, "ui-proxy", "/etc/caddy/Caddyfile").resolve() == CADDYFILE.resolve()
+    caddyfile = CADDYFILE.read_text()
+    assert re.search(r"basic_auth \{\s*\{\$CTX_UI_USER\} \{\$CTX_UI_PASSWORD_HASH\}\s*\}", caddyfile)
+    assert "reverse_proxy webserver:3000" in caddyfile
+    assert set(re.findall(r"\{\$(\w+)\}", caddyfile)) <= set(proxy["environment"])
+    assert "no authentication" in README.read_text()
 
 
 # ==================================================================================================
@@ -635,10 +877,22 @@ def test_dockerfile_check_catches_mistakes():
         .replace(DEFINITIONS_MODULE, "contextual_assets.defs.nowhere")
         .replace("ARG PYTHON_IMAGE=python:3.11-slim", "ARG PYTHON_IMAGE=python:3.12")
         .replace(f"TORCH_INDEX_URL={CPU_TORCH_INDEX}", "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128")
+        .replace('-e ".[s3,k8s,docker]"', '-e ".[s3,gpu]"')
     )
     problems = dockerfile_problems(broken)
-    for fragment in (".venv: excluded", "contextual_asset: not in", "nowhere does not exist", "python:3.12", "cu128"):
+    for fragment in (".venv: excluded", "contextual_asset: not in", "nowhere does not exist", "python:3.12", "cu128",
+                     "without the extras ['docker', 'k8s']", "does not declare: ['gpu']"):
         assert any(fragment in p for p in problems), (fragment, problems)
+
+
+def test_image_extras_pin_the_run_launchers_to_dagsters_tested_minor():
+    from packaging.requirements import Requirement
+
+    project = pyproject()["project"]
+    postgres = next(Requirement(r) for r in project["dependencies"] if r.startswith("dagster-postgres"))
+    for extra, name in (("k8s", "dagster-k8s"), ("docker", "dagster-docker")):
+        (requirement,) = [Requirement(r) for r in project["optional-dependencies"][extra]]
+        assert requirement.name == name and requirement.specifier == postgres.specifier, requirement
 
 
 # ==================================================================================================
@@ -721,23 +975,157 @@ def test_gpu_variant_differs_only_in_image_gpu_limits_and_device():
     assert "resources" not in gpu_deployment, "the code server asks for no GPU"
 
 
-def test_fleet_configmap_is_mounted_where_the_settings_read_it(tmp_path):
-    values = helm_values()
-    deployment = _user_deployment(values)
-    configmap = yaml.safe_load(FLEET_CONFIGMAP.read_text())
-    assert (configmap["apiVersion"], configmap["kind"]) == ("v1", "ConfigMap")
-    (volume,) = [v for v in deployment["volumes"] if "configMap" in v]
-    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
-    (mount,) = [m for m in deployment["volumeMounts"] if m["name"] == volume["name"]]
-    fleet_file = Path(deployment["env"]["CTX_LLM_FLEET_FILE"])
-    assert fleet_file.parent == Path(mount["mountPath"]) and fleet_file.name in configmap["data"]
+def helm_files(deployment: dict) -> dict[str, str]:
+    """The files the user deployment's ConfigMap volumes (plain or projected) put in its pods, as
+    {path: ConfigMap name}, each key of the ConfigMap (from the manifests under deploy/helm/) a file."""
+    configmaps = {d["metadata"]["name"]: d for d in k8s_documents() if d["kind"] == "ConfigMap"}
+    files = {}
+    for volume in deployment.get("volumes", []):
+        sources = [volume] if "configMap" in volume else volume.get("projected", {}).get("sources", [])
+        for mount in (m for m in deployment.get("volumeMounts", []) if m["name"] == volume["name"]):
+            for source in sources:
+                name = source.get("configMap", {}).get("name")
+                for key in configmaps.get(name, {}).get("data", {}):
+                    files[f"{mount['mountPath'].rstrip('/')}/{key}"] = name
+    return files
+
+
+def configmap_file(name: str, key: str) -> str:
+    (configmap,) = [d for d in k8s_documents() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name]
+    return configmap["data"][key]
+
+
+def test_fleet_and_gold_configmaps_are_mounted_where_the_settings_read_them(tmp_path):
+    deployment = _user_deployment(helm_values())
+    files = helm_files(deployment)
+    env = deployment["env"]
+    assert files.get(env["CTX_LLM_FLEET_FILE"]) == "ctx-fleet", files
+    assert files.get(env["CTX_GOLD_FILE"]) == "ctx-gold", files
     assert deployment.get("includeConfigInLaunchedRuns", {}).get("enabled", True), "run pods need the mount too"
 
-    written = tmp_path / fleet_file.name
-    written.write_text(configmap["data"][fleet_file.name])
+    written = tmp_path / "fleet.yaml"
+    written.write_text(configmap_file("ctx-fleet", Path(env["CTX_LLM_FLEET_FILE"]).name))
     fleet = load_fleet(written)
     assert len(fleet.replicas) >= 2
     assert all(urlparse(r.base_url).hostname.endswith(".svc.cluster.local") for r in fleet.replicas)
+    # The gold ConfigMap holds deploy/gold.example.yaml as it is (which the gold loader reads, above).
+    assert configmap_file("ctx-gold", Path(env["CTX_GOLD_FILE"]).name) == GOLD_EXAMPLE.read_text()
+
+
+def test_helm_mount_check_catches_a_configmap_left_out():
+    deployment = _user_deployment(helm_values())
+    (volume,) = [v for v in deployment["volumes"] if "projected" in v]
+    volume["projected"]["sources"] = [s for s in volume["projected"]["sources"] if s["configMap"]["name"] != "ctx-gold"]
+    files = helm_files(deployment)
+    assert deployment["env"]["CTX_GOLD_FILE"] not in files and deployment["env"]["CTX_LLM_FLEET_FILE"] in files
+
+
+# --------------------------------------------------------------------------------------------------
+# Kubernetes manifests
+
+
+def k8s_documents() -> list[dict]:
+    return [d for path in (FLEET_CONFIGMAP, SEARCH_SERVICE, VLLM_MANIFEST, GOLD_CONFIGMAP)
+            for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def k8s_errors(document: dict) -> list[str]:
+    """Kubernetes' own schema for the object's kind and apiVersion (kubernetes-validate, offline), strict:
+    unknown fields are errors, as `kubectl apply --validate=strict` makes them."""
+    try:
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        return [f"{'/'.join(map(str, error.path))}: {error.message}"]
+    except kubernetes_validate.SchemaNotFoundError as error:
+        return [error.message]
+    return []
+
+
+def user_deployment_pod(deployment: dict) -> dict:
+    """The parts of the user deployment that become Kubernetes objects in the code server's and run
+    pods (image, env, volumes, mounts), as a Pod, so Kubernetes' schema checks them too."""
+    image = f"{deployment['image']['repository']}:{deployment['image']['tag']}"
+    container = {"name": "code", "image": image, "env": [{"name": k, "value": v} for k, v in deployment["env"].items()],
+                 "envFrom": [{"secretRef": s} for s in deployment["envSecrets"]],
+                 "volumeMounts": deployment["volumeMounts"]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": deployment["name"]},
+            "spec": {"containers": [container], "volumes": deployment["volumes"]}}
+
+
+@pytest.mark.parametrize("path", [FLEET_CONFIGMAP, SEARCH_SERVICE, VLLM_MANIFEST, GOLD_CONFIGMAP], ids=lambda p: p.name)
+def test_kubernetes_manifests_validate_against_kubernetes_schemas(path):
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert documents
+    for document in documents:
+        assert k8s_errors(document) == [], (path.name, document["kind"])
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["values.yaml", "values.yaml+values-gpu-embedding.yaml"])
+def test_user_deployment_volumes_and_env_validate_as_a_pod(gpu):
+    assert k8s_errors(user_deployment_pod(_user_deployment(helm_values(gpu=gpu)))) == []
+
+
+def test_kubernetes_check_catches_invalid_objects():
+    service, statefulset = yaml.safe_load_all(VLLM_MANIFEST.read_text())
+    unknown = copy.deepcopy(statefulset)
+    unknown["spec"]["replica"] = 2  # strict: not a StatefulSet field
+    assert any("'replica' was unexpected" in e for e in k8s_errors(unknown))
+    wrong_type = copy.deepcopy(statefulset)
+    wrong_type["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "8000"
+    assert any("containerPort: '8000' is not of type 'integer'" in e for e in k8s_errors(wrong_type))
+    missing = copy.deepcopy(service)
+    del missing["spec"]["ports"][0]["port"]
+    assert any("'port' is a required property" in e for e in k8s_errors(missing))
+    pod = user_deployment_pod(_user_deployment(helm_values()))
+    pod["spec"]["volumes"][0]["projected"]["sources"][0]["configMap"]["nam"] = "ctx-fleet"
+    assert any("'nam' was unexpected" in e for e in k8s_errors(pod))
+    assert k8s_errors({"apiVersion": "v9", "kind": "Nothing", "metadata": {"name": "x"}})
+
+
+def vllm_fleet_urls(statefulset: dict, service: dict) -> set[str]:
+    """The per-replica URLs a StatefulSet behind a headless Service has:
+    http://<statefulset>-<ordinal>.<service>.<namespace>.svc.cluster.local:<port>/v1."""
+    name, spec = statefulset["metadata"]["name"], statefulset["spec"]
+    (container,) = spec["template"]["spec"]["containers"]
+    (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "http"]
+    return {f"http://{name}-{i}.{spec['serviceName']}.{NAMESPACE}.svc.cluster.local:{port}/v1"
+            for i in range(spec["replicas"])}
+
+
+def test_fleet_configmap_names_each_vllm_replica_of_the_statefulset(tmp_path):
+    service, statefulset = yaml.safe_load_all(VLLM_MANIFEST.read_text())
+    assert (service["kind"], statefulset["kind"]) == ("Service", "StatefulSet")
+    # A headless Service gives each pod its own DNS name, so the client routes to each replica itself.
+    assert service["spec"]["clusterIP"] == "None"
+    assert statefulset["spec"]["serviceName"] == service["metadata"]["name"]
+    assert service["spec"]["selector"] == statefulset["spec"]["selector"]["matchLabels"]
+    assert statefulset["spec"]["replicas"] == 2
+    written = tmp_path / "fleet.yaml"
+    written.write_text(configmap_file("ctx-fleet", "fleet.yaml"))
+    assert {r.base_url for r in load_fleet(written).replicas} == vllm_fleet_urls(statefulset, service)
+    assert f"kubectl create namespace {NAMESPACE}" in README.read_text()
+
+    more = copy.deepcopy(statefulset)
+    more["spec"]["replicas"] = 3
+    assert {r.base_url for r in load_fleet(written).replicas} != vllm_fleet_urls(more, service)
+
+
+def test_vllm_statefulset_runs_the_compose_flags_with_a_gpu_the_key_and_a_model_cache():
+    _service, statefulset = yaml.safe_load_all(VLLM_MANIFEST.read_text())
+    pod = statefulset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    compose_command = next(iter(vllm_services(compose()).values()))["command"]
+    assert args == compose_command, "the same flags and defaults as deploy/compose.yaml"
+    assert container["image"] == env_example()["VLLM_IMAGE"]
+    assert _flag(args, "--served-model-name") == _user_deployment(helm_values())["env"]["CTX_LLM_MODEL"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    env = {e["name"]: e for e in container["env"]}
+    assert env["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "ctx-secrets", "key": "CTX_LLM_API_KEY"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    (cache,) = statefulset["spec"]["volumeClaimTemplates"]
+    assert mounts[cache["metadata"]["name"]] == env["HF_HOME"]["value"]
 
 
 def test_search_service_manifest_reads_the_same_secrets():
