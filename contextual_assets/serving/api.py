@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from contextual_assets.models import ChunkFilter
+
 MAX_QUERY_CHARS = 4000
 MAX_BATCH_QUERIES = 32
 
@@ -21,6 +23,7 @@ class SearchRequest(BaseModel):
     mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
     version: str | None = Field(None, description="an index version (default: the production alias)")
     rerank: bool | None = Field(None, description="rerank the fused candidates (default: when a reranker is set)")
+    filter: ChunkFilter | None = Field(None, description="which chunks may be returned, applied before the top k")
 
 
 class Hit(BaseModel):

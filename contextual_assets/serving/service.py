@@ -13,7 +13,7 @@ from contextual_assets.batching import MicroBatcher
 from contextual_assets.embedding import EmbedderCatalog
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fusion import FusionWeights
-from contextual_assets.models import SearchHit
+from contextual_assets.models import ChunkFilter, SearchHit
 from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.platform import Platform
 from contextual_assets.rerank import Reranker, RerankError
@@ -136,7 +136,8 @@ class SearchService:
                                        "configured; ingest and `ctx eval`, or pass a version")
         self._record(version)
         depth = max(request.k, self.rerank_candidates) if rerank else request.k
-        hits = self._retrieve(request.query, request.mode, version, depth)
+        where = request.filter if request.filter is not None and not request.filter.is_empty() else None
+        hits = self._retrieve(request.query, request.mode, version, depth, where)
         if rerank and hits:
             assert self.reranker is not None
             try:
@@ -150,23 +151,28 @@ class SearchService:
             took_ms=round((time.perf_counter() - started) * 1000, 2),
             hits=[_hit(rank, h) for rank, h in enumerate(hits, start=1)])
 
-    def _retrieve(self, query: str, mode: str, version: str, depth: int) -> list[SearchHit]:
+    def _retrieve(self, query: str, mode: str, version: str, depth: int,
+                  where: ChunkFilter | None) -> list[SearchHit]:
         store = self.store
         with store.reading():
             if mode == "lexical":
-                return store.search.hits(version, store.search.lexical_top(query, version, depth))
+                return store.search.hits(version, store.search.lexical_top(query, version, depth, where))
             vector = self.embed_query(version, query)
             if mode == "dense":
-                return store.search.hits(version, self._dense(vector, version, depth))
+                return store.search.hits(version, self._dense(vector, version, depth, where))
             return store.search.hits(version, store.search.hybrid_top(query, vector, version, depth,
-                                                                      weights=self.weights, dense_top=self._dense))
+                                                                      weights=self.weights, dense_top=self._dense,
+                                                                      where=where))
 
-    def _dense(self, vector: list[float], version: str, n: int) -> list[tuple[str, int, float]]:
-        if self.vectors is not None:
+    def _dense(self, vector: list[float], version: str, n: int,
+               where: ChunkFilter | None = None) -> list[tuple[str, int, float]]:
+        # A filtered query is ranked in the store, over the rows that pass the filter (the in-memory
+        # matrix holds no filter columns).
+        if self.vectors is not None and where is None:
             top = self.vectors.top(version, vector, n)
             if top is not None:
                 return top
-        return self.store.search.dense_top(vector, version, n)
+        return self.store.search.dense_top(vector, version, n, where)
 
     # ---- versions and health -----------------------------------------------------------------
     def versions(self) -> VersionsResponse:

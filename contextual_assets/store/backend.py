@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from ..models import EmbeddedChunk
+    from ..models import ChunkFilter, EmbeddedChunk
     from .lexical_index import Posting
     from .search import EmbeddingMatrix
 
@@ -90,8 +90,13 @@ class Backend(ABC):
         (Postgres creates the HNSW index of a new dimension)."""
 
     @abstractmethod
-    def dense_top(self, vector: Sequence[float], index_version: str, n: int) -> list[tuple[str, int, float]]:
-        """(doc_id, ordinal, cosine similarity) of the n nearest chunks."""
+    def dense_top(self, vector: Sequence[float], index_version: str, n: int,
+                  where: ChunkFilter | None = None) -> list[tuple[str, int, float]]:
+        """(doc_id, ordinal, cosine similarity) of the n nearest chunks that `where` admits."""
+
+    @abstractmethod
+    def json_array_holds(self, column: str) -> str:
+        """A condition with one `?`: the JSON array of strings in `column` holds that string."""
 
     @abstractmethod
     def embedding_rows(self, index_version: str) -> list[tuple[str, int, list[float] | None]]:

@@ -23,8 +23,9 @@ from tenacity import (
 )
 
 from ..errors import StoreError
-from ..models import EmbeddedChunk
+from ..models import ChunkFilter, EmbeddedChunk
 from .backend import Backend, T, utc_now
+from .filters import filter_sql
 from .migrations import MIGRATIONS
 from .search import EmbeddingMatrix
 from .storage import ChunkStore
@@ -190,22 +191,27 @@ class DuckDBBackend(Backend):
             )
         ]
 
+    def json_array_holds(self, column: str) -> str:
+        return f"list_contains(from_json({column}, '[\"VARCHAR\"]'), ?)"
+
     @_retry_on_lock
-    def dense_top(self, vector: Sequence[float], index_version: str, n: int) -> list[tuple[str, int, float]]:
+    def dense_top(self, vector: Sequence[float], index_version: str, n: int,
+                  where: ChunkFilter | None = None) -> list[tuple[str, int, float]]:
         """Exact cosine similarity computed in SQL: the vectors never leave DuckDB, only the top n keys do."""
         dim = len(vector)
+        condition, params = filter_sql(where, self)
         with self._read_connection() as con:
             # A zero vector has no direction: its similarity is NaN, which DuckDB would sort first.
             rows = con.execute(
                 "SELECT doc_id, ordinal, score FROM (SELECT doc_id, ordinal, "
                 "list_cosine_similarity(embedding, ?::FLOAT[]) AS score FROM ctx_chunks "
-                "WHERE index_version = ? AND embedding_dim = ?) WHERE NOT isnan(score) "
+                f"WHERE index_version = ? AND embedding_dim = ?{condition}) WHERE NOT isnan(score) "
                 "ORDER BY score DESC, doc_id, ordinal LIMIT ?",
-                [[float(x) for x in vector], index_version, dim, int(n)]).fetchall()
+                [[float(x) for x in vector], index_version, dim, *params, int(n)]).fetchall()
             if not rows:
                 other = con.execute("SELECT min(embedding_dim) FROM ctx_chunks WHERE index_version = ?",
                                     [index_version]).fetchone()[0]
-                if other is not None:
+                if other is not None and other != dim:
                     raise StoreError(
                         f"query vector has {dim} dimensions but index version {index_version} holds "
                         f"{other}-dimensional embeddings (embedder mismatch)")

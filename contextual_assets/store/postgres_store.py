@@ -13,8 +13,9 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from ..errors import StoreError, StoreUnavailable
-from ..models import EmbeddedChunk
+from ..models import ChunkFilter, EmbeddedChunk
 from .backend import Backend, utc_now
+from .filters import filter_sql
 from .lexical_index import postings_rows
 from .migrations import MIGRATIONS
 from .storage import ChunkStore
@@ -143,29 +144,37 @@ class PostgresBackend(Backend):
         pgvector accepts at most 1000."""
         return max(1, min(1000, max(self.ef_search, k * 4)))
 
-    def dense_top(self, vector: Sequence[float], index_version: str, n: int) -> list[tuple[str, int, float]]:
+    def json_array_holds(self, column: str) -> str:
+        return f"({column})::jsonb @> jsonb_build_array(CAST(? AS TEXT))"
+
+    def dense_top(self, vector: Sequence[float], index_version: str, n: int,
+                  where: ChunkFilter | None = None) -> list[tuple[str, int, float]]:
         dim = len(vector)
         literal = _vector_literal(vector)
-        sql = (
-            f"SELECT doc_id, ordinal, 1 - (embedding::vector({dim}) <=> %s::vector({dim})) AS score "
-            f"FROM ctx_chunks WHERE embedding_dim = {dim} AND index_version = %s "
-            f"ORDER BY embedding::vector({dim}) <=> %s::vector({dim}) LIMIT %s"
+        condition, params = filter_sql(where, self)
+        sql = self.sql(
+            f"SELECT doc_id, ordinal, 1 - (embedding::vector({dim}) <=> ?::vector({dim})) AS score "
+            f"FROM ctx_chunks WHERE embedding_dim = {dim} AND index_version = ?{condition} "
+            f"ORDER BY embedding::vector({dim}) <=> ?::vector({dim}) LIMIT ?"
         )
         with self._pool.connection() as conn:
             with conn.transaction():
-                # Filtering by index version after the HNSW walk can leave fewer than n rows;
-                # a wider candidate list keeps recall, and an exact scan is the fallback.
+                # Filtering (by index version, and by `where`) after the HNSW walk can leave fewer than
+                # n rows; a wider candidate list keeps recall, and an exact scan of the rows that pass
+                # the filter is the fallback (pgvector 0.6 has no iterative index scan).
                 conn.execute(f"SET LOCAL hnsw.ef_search = {self.ef_search_for(n)}")
-                rows = conn.execute(sql, (literal, index_version, literal, n)).fetchall()
+                rows = conn.execute(sql, (literal, index_version, *params, literal, n)).fetchall()
                 if len(rows) < n:
                     total = conn.execute(
-                        "SELECT count(*) FROM ctx_chunks WHERE index_version = %s AND embedding_dim = %s",
-                        (index_version, dim),
+                        self.sql("SELECT count(*) FROM ctx_chunks WHERE index_version = ? AND embedding_dim = ?"
+                                 f"{condition}"),
+                        (index_version, dim, *params),
                     ).fetchone()[0]
                     if len(rows) < min(n, total):
                         conn.execute("SET LOCAL enable_indexscan = off")
-                        rows = conn.execute(sql, (literal, index_version, literal, n)).fetchall()
-        if not rows and self.query("SELECT count(*) FROM ctx_chunks WHERE index_version = ?", (index_version,))[0][0]:
+                        rows = conn.execute(sql, (literal, index_version, *params, literal, n)).fetchall()
+        if not rows and self.query("SELECT count(*) FROM ctx_chunks WHERE index_version = ? AND embedding_dim <> ?",
+                                   (index_version, dim))[0][0]:
             raise StoreError(
                 f"query vector has {dim} dimensions but index version {index_version} holds no {dim}-dimensional "
                 "embeddings (embedder mismatch)"

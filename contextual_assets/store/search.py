@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ..fusion import FusionWeights, ScoredKey, fuse
-from ..models import HeaderedChunk, SearchHit
+from ..models import ChunkFilter, HeaderedChunk, SearchHit
 from .backend import Backend, write_transaction
 from .corpus import ChunkKey, Corpus
 from .lexical import tokenize
@@ -21,7 +21,7 @@ from .lexical_index import LexicalIndex
 if TYPE_CHECKING:
     import numpy as np
 
-DenseTop = Callable[[Sequence[float], str, int], list[ScoredKey]]
+DenseTop = Callable[[Sequence[float], str, int, "ChunkFilter | None"], list[ScoredKey]]
 # Keys and L2-normalised float32 vectors of a whole version, for a long-lived reader that searches in memory.
 EmbeddingMatrix = Callable[[str], "tuple[list[ChunkKey], np.ndarray]"]
 
@@ -33,16 +33,21 @@ class Search(Protocol):
     # keeps it in memory; elsewhere dense search stays in the database.
     embedding_matrix: EmbeddingMatrix | None
 
-    def dense_top(self, vector: Sequence[float], index_version: str, n: int) -> list[ScoredKey]: ...
-    def lexical_top(self, query: str, index_version: str, n: int) -> list[ScoredKey]: ...
+    def dense_top(self, vector: Sequence[float], index_version: str, n: int,
+                  where: ChunkFilter | None = None) -> list[ScoredKey]: ...
+    def lexical_top(self, query: str, index_version: str, n: int,
+                    where: ChunkFilter | None = None) -> list[ScoredKey]: ...
     def hybrid_top(self, query: str, vector: Sequence[float], index_version: str, k: int,
                    candidates: int | None = None, weights: FusionWeights | None = None,
-                   dense_top: DenseTop | None = None) -> list[ScoredKey]: ...
+                   dense_top: DenseTop | None = None, where: ChunkFilter | None = None) -> list[ScoredKey]: ...
     def hits(self, index_version: str, scored: Sequence[ScoredKey]) -> list[SearchHit]: ...
-    def lexical(self, query: str, index_version: str, k: int = 10) -> list[SearchHit]: ...
-    def dense(self, vector: Sequence[float], index_version: str, k: int = 10) -> list[SearchHit]: ...
+    def lexical(self, query: str, index_version: str, k: int = 10,
+                where: ChunkFilter | None = None) -> list[SearchHit]: ...
+    def dense(self, vector: Sequence[float], index_version: str, k: int = 10,
+              where: ChunkFilter | None = None) -> list[SearchHit]: ...
     def hybrid(self, query: str, vector: Sequence[float], index_version: str, k: int = 10,
-               candidates: int | None = None, weights: FusionWeights | None = None) -> list[SearchHit]: ...
+               candidates: int | None = None, weights: FusionWeights | None = None,
+               where: ChunkFilter | None = None) -> list[SearchHit]: ...
     def ensure_lexical_index(self, index_version: str) -> int: ...
 
 
@@ -57,25 +62,28 @@ class CorpusSearch:
         self._lexical_lock = threading.Lock()
 
     # ---- rankings: keys and scores -----------------------------------------------------------
-    def dense_top(self, vector: Sequence[float], index_version: str, n: int) -> list[ScoredKey]:
+    # `where` (a ChunkFilter) is applied inside each ranking, before its top n is taken.
+    def dense_top(self, vector: Sequence[float], index_version: str, n: int,
+                  where: ChunkFilter | None = None) -> list[ScoredKey]:
         """(doc_id, ordinal, cosine similarity) of the n nearest chunks."""
-        return self._backend.dense_top(vector, index_version, n)
+        return self._backend.dense_top(vector, index_version, n, where)
 
-    def lexical_top(self, query: str, index_version: str, n: int) -> list[ScoredKey]:
+    def lexical_top(self, query: str, index_version: str, n: int,
+                    where: ChunkFilter | None = None) -> list[ScoredKey]:
         """(doc_id, ordinal, BM25 score) of the n best chunks with a score above 0."""
         if n > 0 and tokenize(query):
             self._ensure_indexed_once(index_version)
-        return self._lexical.top(query, index_version, n)
+        return self._lexical.top(query, index_version, n, where)
 
     def hybrid_top(self, query: str, vector: Sequence[float], index_version: str, k: int,
                    candidates: int | None = None, weights: FusionWeights | None = None,
-                   dense_top: DenseTop | None = None) -> list[ScoredKey]:
+                   dense_top: DenseTop | None = None, where: ChunkFilter | None = None) -> list[ScoredKey]:
         """(doc_id, ordinal, fused score) of the k best chunks; `dense_top` replaces the store's dense
         ranking (the search service's in-memory vectors)."""
         weights = weights or FusionWeights()
         depth = max(k, candidates or weights.candidates)
-        dense = (dense_top or self.dense_top)(vector, index_version, depth) if weights.dense > 0 else []
-        lexical = self.lexical_top(query, index_version, depth) if weights.lexical > 0 else []
+        dense = (dense_top or self.dense_top)(vector, index_version, depth, where) if weights.dense > 0 else []
+        lexical = self.lexical_top(query, index_version, depth, where) if weights.lexical > 0 else []
         return fuse(dense, lexical, k, weights)
 
     # ---- hits --------------------------------------------------------------------------------
@@ -85,18 +93,22 @@ class CorpusSearch:
         chunks = self._corpus.chunks_by_key(index_version, [(d, o) for d, o, _ in scored])
         return [_hit(chunks[(d, o)], s, index_version) for d, o, s in scored if (d, o) in chunks]
 
-    def lexical(self, query: str, index_version: str, k: int = 10) -> list[SearchHit]:
+    def lexical(self, query: str, index_version: str, k: int = 10,
+                where: ChunkFilter | None = None) -> list[SearchHit]:
         """BM25 over title, section path, header and text."""
-        return self.hits(index_version, self.lexical_top(query, index_version, k))
+        return self.hits(index_version, self.lexical_top(query, index_version, k, where))
 
-    def dense(self, vector: Sequence[float], index_version: str, k: int = 10) -> list[SearchHit]:
+    def dense(self, vector: Sequence[float], index_version: str, k: int = 10,
+              where: ChunkFilter | None = None) -> list[SearchHit]:
         """Cosine nearest chunks."""
-        return self.hits(index_version, self.dense_top(vector, index_version, k))
+        return self.hits(index_version, self.dense_top(vector, index_version, k, where))
 
     def hybrid(self, query: str, vector: Sequence[float], index_version: str, k: int = 10,
-               candidates: int | None = None, weights: FusionWeights | None = None) -> list[SearchHit]:
+               candidates: int | None = None, weights: FusionWeights | None = None,
+               where: ChunkFilter | None = None) -> list[SearchHit]:
         """Weighted reciprocal-rank fusion of the dense and lexical candidate lists."""
-        return self.hits(index_version, self.hybrid_top(query, vector, index_version, k, candidates, weights))
+        return self.hits(index_version, self.hybrid_top(query, vector, index_version, k, candidates, weights,
+                                                        where=where))
 
     # ---- documents stored before the lexical index --------------------------------------------
     @write_transaction

@@ -201,6 +201,18 @@ def test_v1_routes_batch_openapi_metrics_readiness_and_access_log(filled, store_
         one = httpx.post(f"{base}/v1/search", json={"query": "ninety days notice", "k": 2}, headers=auth).json()
         legacy = httpx.post(f"{base}/search", json={"query": "ninety days notice", "k": 2}, headers=auth).json()
         assert one["hits"] == legacy["hits"] and one["hits"][0]["section_path"] == ["Termination"]
+        # Filters apply before the top k: the London hotel chunk is not in contracts/, so both hits are.
+        filtered = httpx.post(f"{base}/v1/search", headers=auth, json={
+            "query": "hotel per night in London", "k": 2, "filter": {"path_prefix": "contracts/"}}).json()
+        assert [h["document"] for h in filtered["hits"]] == ["contracts/supply.pdf"] * 2
+        section = httpx.post(f"{base}/v1/search", headers=auth, json={
+            "query": "hotel per night in London", "k": 5, "mode": "dense",
+            "filter": {"section": "Termination", "page_from": 2, "page_to": 2}}).json()
+        assert [(h["document"], h["section_path"]) for h in section["hits"]] == [("contracts/supply.pdf",
+                                                                                  ["Termination"])]
+        backwards = httpx.post(f"{base}/v1/search", headers=auth, json={
+            "query": "hotel", "filter": {"page_from": 4, "page_to": 2}})
+        assert backwards.status_code == 422 and "page_from (4) is after page_to (2)" in backwards.json()["error"]
 
         batch = httpx.post(f"{base}/v1/search/batch", headers=auth, json={"queries": [
             {"query": "ninety days notice", "k": 2}, {"query": "token bucket", "version": "iv-nope"},
@@ -219,15 +231,18 @@ def test_v1_routes_batch_openapi_metrics_readiness_and_access_log(filled, store_
         assert document["openapi"].startswith("3.") and document["info"]["version"]
         assert {"/v1/search", "/v1/search/batch", "/v1/versions", "/readyz", "/metrics"} <= set(document["paths"])
         schemas = document["components"]["schemas"]
-        assert set(schemas["SearchRequest"]["properties"]) >= {"query", "k", "mode", "version", "rerank"}
+        assert set(schemas["SearchRequest"]["properties"]) >= {"query", "k", "mode", "version", "rerank", "filter"}
+        assert set(schemas["ChunkFilter"]["properties"]) == {"documents", "path_prefix", "section", "page_from",
+                                                             "page_to"}
         assert document["paths"]["/v1/search"]["post"]["security"] == [{"bearer": []}]
         assert "/v1/search/batch" in httpx.get(f"{base}/docs").text
 
         metrics = httpx.get(f"{base}/metrics").text
-        assert 'ctx_search_requests_total{route="search",status="200"} 2.0' in metrics
+        assert 'ctx_search_requests_total{route="search",status="200"} 4.0' in metrics
+        assert 'ctx_search_errors_total{route="search",status="422"} 1.0' in metrics
         assert 'ctx_search_requests_total{route="search_batch",status="422"} 1.0' in metrics
         assert 'ctx_search_errors_total{route="search_batch",status="422"} 1.0' in metrics
-        assert 'ctx_search_request_duration_seconds_count{route="search"} 2.0' in metrics
+        assert 'ctx_search_request_duration_seconds_count{route="search"} 5.0' in metrics
         # The last search served iv-two (pinned, no alias): one series at 1.
         assert 'ctx_search_served_version{alias="",index_version="iv-two"} 1.0' in metrics
         assert 'index_version="iv-one"' not in metrics
@@ -297,6 +312,17 @@ def test_ctx_search_uses_a_running_ctx_serve_without_torch_or_dagster(tmp_path, 
         answer = json.loads(result.stdout)  # the service's whole answer, not only its hits
         assert answer["index_version"] == "iv-one" and {"alias", "reranked", "took_ms"} <= set(answer)
         assert answer["hits"][0]["document"] == "handbook.pdf" and answer["hits"][0]["index_version"] == "iv-one"
+
+        narrowed = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel per night",
+                                   "-k", "3", "--path-prefix", "code/", "--json"], env=client_env, cwd=REPO_ROOT,
+                                  capture_output=True, text=True, timeout=120)
+        assert narrowed.returncode == 0, narrowed.stderr
+        assert [h["document"] for h in json.loads(narrowed.stdout)["hits"]] == ["code/rate_limiter.py"] * 2
+        backwards = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel",
+                                    "--pages", "7-3"], env=client_env, cwd=REPO_ROOT, capture_output=True, text=True,
+                                   timeout=120)
+        assert backwards.returncode == 2 and backwards.stderr.strip() == \
+            "error: page_from (7) is after page_to (3)", backwards.stderr
 
         refused = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel"],
                                  env={**client_env, "CTX_SEARCH_TOKEN": "wrong"}, cwd=REPO_ROOT, capture_output=True,

@@ -360,3 +360,105 @@ def test_header_cache_writes_many_rows_and_the_latest_write_of_a_key_wins(store)
     assert found["key-7"] == "header 7, second thought"
     store.header_cache.cache_headers([("key-8", "rewritten", "model-c")])
     assert store.header_cache.cached_headers(["key-8"]) == {"key-8": "rewritten"}
+
+
+# ---- filters: applied inside each ranking, before its top k ------------------------------------------
+
+FILTER_DOCS = ["contracts/a.pdf", "contracts_old/b.pdf", "contractsX/e.txt", "memos/c.txt"]
+SECTIONS = [["Agreement", "Termination"], ["Agreement", "Payment"], ['He said "stop"'], []]
+
+
+def put_filter_corpus(store) -> list[EmbeddedChunk]:
+    """Four documents of eight chunks, random vectors (no ties), sections and pages varied."""
+    import random
+
+    rng = random.Random(7)
+    store.corpus.register_index_version("iv-f", {"header_source": "structural"})
+    every = []
+    for d, doc_id in enumerate(FILTER_DOCS):
+        chunks = []
+        for i in range(8):
+            text = f"clause {i} termination notice period {'payment ' * (i % 3)}of {doc_id}"
+            vector = [rng.gauss(0, 1) for _ in range(DIM)]
+            norm = math.sqrt(sum(v * v for v in vector))
+            pages = (None, None) if doc_id.endswith(".txt") else (i + 1, i + 1 + (i % 2))
+            chunks.append(EmbeddedChunk(
+                doc_id=doc_id, source_doc=doc_id, title=doc_id, ordinal=i, section_path=SECTIONS[(i + d) % 4],
+                page_start=pages[0], page_end=pages[1], text=text, token_count=len(text.split()),
+                content_hash=content_hash(text), header="", header_source="structural", header_model="s",
+                embedding=[v / norm for v in vector]))
+        store.corpus.replace_document(record(doc_id, "iv-f", len(chunks)), chunks)
+        every += chunks
+    return every
+
+
+def admits(where, chunk) -> bool:
+    """The filter's meaning, written apart from the SQL it is checked against."""
+    if where.documents and chunk.doc_id not in where.documents:
+        return False
+    if where.path_prefix and not chunk.doc_id.startswith(where.path_prefix):
+        return False
+    if where.section and where.section not in chunk.section_path:
+        return False
+    end = chunk.page_end if chunk.page_end is not None else chunk.page_start
+    if where.page_from is not None and (end is None or end < where.page_from):
+        return False
+    if where.page_to is not None and (chunk.page_start is None or chunk.page_start > where.page_to):
+        return False
+    return True
+
+
+FILTERS = [
+    {"documents": ["contracts/a.pdf", "memos/c.txt"]},
+    {"path_prefix": "contracts_"},  # `_` is a literal: contractsX/ does not match
+    {"path_prefix": "contracts/"},
+    {"section": "Termination"},
+    {"section": 'He said "stop"'},
+    {"section": "Term"},  # a heading matches whole, never a part of one
+    {"page_from": 3, "page_to": 4},
+    {"page_from": 6},
+    {"path_prefix": "contracts", "section": "Payment", "page_to": 5},
+    {"documents": ["nowhere.pdf"]},
+]
+
+
+@pytest.mark.parametrize("spec", FILTERS, ids=[str(f) for f in FILTERS])
+def test_filters_apply_before_the_top_k(store, spec):
+    from contextual_assets.models import ChunkFilter
+
+    chunks = put_filter_corpus(store)
+    where = ChunkFilter(**spec)
+    passing = [c for c in chunks if admits(where, c)]
+    query = chunks[5].embedding
+    k = 3
+    # Dense: exactly the k nearest of the chunks that pass (ranked after filtering, not filtered after).
+    expected = sorted(passing, key=lambda c: -sum(a * b for a, b in zip(c.embedding, query)))[:k]
+    got = store.search.dense_top(query, "iv-f", k, where)
+    assert [(d, o) for d, o, _ in got] == [(c.doc_id, c.ordinal) for c in expected]
+    # Lexical: the filtered chunks keep the scores they have unfiltered (the version's statistics).
+    unfiltered = store.search.lexical_top("termination payment", "iv-f", len(chunks))
+    allowed = {(c.doc_id, c.ordinal) for c in passing}
+    want = [(d, o, s) for d, o, s in unfiltered if (d, o) in allowed][:k]
+    got_lexical = store.search.lexical_top("termination payment", "iv-f", k, where)
+    assert [(d, o) for d, o, _ in got_lexical] == [(d, o) for d, o, _ in want]
+    assert [s for *_, s in got_lexical] == pytest.approx([s for *_, s in want])
+    # Hybrid: k hits when k chunks pass, every one of them passing.
+    hits = store.search.hybrid("termination payment", query, "iv-f", k, where=where)
+    assert len(hits) == min(k, len(passing))
+    assert all(admits(where, h) for h in hits)
+    if spec == {"path_prefix": "contracts_"}:
+        assert {h.doc_id for h in hits} == {"contracts_old/b.pdf"}
+    if spec in ({"section": "Term"}, {"documents": ["nowhere.pdf"]}):
+        assert passing == [] and got == [] and hits == []
+    else:
+        assert passing, "each other filter matches some chunks"
+
+
+def test_a_page_range_must_run_forwards():
+    from pydantic import ValidationError
+
+    from contextual_assets.models import ChunkFilter
+
+    with pytest.raises(ValidationError, match="page_from"):
+        ChunkFilter(page_from=5, page_to=2)
+    assert ChunkFilter().is_empty() and not ChunkFilter(page_to=2).is_empty()

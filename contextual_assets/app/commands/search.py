@@ -11,6 +11,7 @@ import sys
 from pydantic import ValidationError
 
 from contextual_assets.app.cli import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from contextual_assets.models import ChunkFilter
 from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.serving.api import SearchRequest, SearchResponse
 from contextual_assets.serving.client import SearchClient, SearchServiceError, SearchServiceUnavailable
@@ -32,6 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None,
                         help="rerank the fused candidates (default: on when CTX_RERANK_BASE_URL or "
                              "CTX_RERANK_MODEL_DIR is set)")
+    filters = parser.add_argument_group("filters (applied before the top k; combined with AND)")
+    filters.add_argument("--document", action="append", default=None, metavar="KEY",
+                         help="only this document key (a hit's document); repeat for several")
+    filters.add_argument("--path-prefix", default=None, metavar="PREFIX",
+                         help="only documents whose key starts with this, e.g. contracts/")
+    filters.add_argument("--section", default=None, metavar="HEADING",
+                         help="only chunks under this heading (exact, at any depth of the section path)")
+    filters.add_argument("--pages", default=None, metavar="FROM-TO",
+                         help="only chunks on these pages, e.g. 3-7, 3- or -7 (PDF documents)")
     parser.add_argument("--json", action="store_true",
                         help="print the whole answer as JSON (index_version, alias, mode, reranked, took_ms, hits)")
 
@@ -40,10 +50,14 @@ def run(args: argparse.Namespace) -> int:
     settings = PlatformSettings.from_env()
     try:
         request = SearchRequest(query=args.query, k=args.k, mode=args.mode, version=args.version or None,
-                                rerank=args.rerank)
+                                rerank=args.rerank, filter=_filter(args))
     except ValidationError as exc:
         first = exc.errors()[0]
-        print(f"error: {'.'.join(map(str, first['loc']))}: {first['msg']}", file=sys.stderr)
+        where = ".".join(map(str, first["loc"]))
+        print(f"error: {where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:  # a --pages that is not a page range
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     response = _search_remote(settings, request) if settings.search_url else _search_here(settings, request)
     if isinstance(response, int):
@@ -64,6 +78,21 @@ def run(args: argparse.Namespace) -> int:
     if not hits:
         print("no results", file=sys.stderr)
     return EXIT_OK
+
+
+def _filter(args: argparse.Namespace) -> ChunkFilter | None:
+    page_from = page_to = None
+    if args.pages:
+        start, dash, end = args.pages.partition("-")
+        try:
+            page_from, page_to = (int(start) if start else None), (int(end) if end else None)
+        except ValueError:
+            dash = ""
+        if not dash or (page_from is None and page_to is None):
+            raise ValueError(f"--pages {args.pages!r}: give FROM-TO, FROM- or -TO with page numbers, e.g. 3-7")
+    where = ChunkFilter(documents=args.document, path_prefix=args.path_prefix, section=args.section,
+                        page_from=page_from, page_to=page_to)
+    return None if where.is_empty() else where
 
 
 def _search_remote(settings: PlatformSettings, request: SearchRequest) -> SearchResponse | int:
