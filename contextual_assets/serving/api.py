@@ -30,6 +30,7 @@ class Hit(BaseModel):
     rank: int
     score: float
     document: str
+    ordinal: int | None = Field(None, description="the chunk's position in its document (with `document`, its key)")
     source_doc: str
     title: str
     section_path: list[str]

@@ -212,5 +212,5 @@ def service_from_settings(settings: PlatformSettings, *, vectors_in_memory: bool
 def _hit(rank: int, h: SearchHit) -> Hit:
     # JSON has no NaN or infinity; a score that is not finite carries no order information anyway.
     return Hit(rank=rank, score=h.score if math.isfinite(h.score) else 0.0, document=h.doc_id,
-               source_doc=h.source_doc, title=h.title, section_path=h.section_path, page_start=h.page_start,
+               ordinal=h.ordinal, source_doc=h.source_doc, title=h.title, section_path=h.section_path, page_start=h.page_start,
                page_end=h.page_end, header=h.header, text=h.text, index_version=h.index_version)

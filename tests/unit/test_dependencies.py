@@ -16,7 +16,10 @@ from packaging.requirements import Requirement
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("contextual_assets", "eval_assets")
 # Imported only where an optional extra is installed, and said so at the import.
-EXTRA_IMPORTS = {"s3fs": "s3"}
+EXTRA_IMPORTS = {"s3fs": "s3", "llama_index": "llamaindex", "langchain_core": "langchain"}
+# The frameworks the retrievers plug into are imported there only: the platform runs without them.
+FRAMEWORK_MODULES = {"llama_index": "contextual_assets/retrievers/llamaindex.py",
+                     "langchain_core": "contextual_assets/retrievers/langchain.py"}
 
 
 def _project() -> dict:
@@ -29,7 +32,12 @@ def _names(requirements: list[str]) -> set[str]:
 
 def imported_modules() -> dict[str, Path]:
     """Top-level modules imported anywhere in the product's packages (absolute imports), with one file each."""
-    found: dict[str, Path] = {}
+    return {module: paths[0] for module, paths in importers().items()}
+
+
+def importers() -> dict[str, list[Path]]:
+    """Top-level modules imported anywhere in the product's packages (absolute imports), with every file."""
+    found: dict[str, list[Path]] = {}
     for package in PACKAGES:
         for path in (REPO / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -40,8 +48,17 @@ def imported_modules() -> dict[str, Path]:
                 else:
                     continue
                 for name in names:
-                    found.setdefault(name.split(".")[0], path)
+                    files = found.setdefault(name.split(".")[0], [])
+                    if path not in files:
+                        files.append(path)
     return found
+
+
+def test_the_retrievers_frameworks_are_imported_by_their_retriever_only():
+    found = importers()
+    for module, allowed in FRAMEWORK_MODULES.items():
+        files = sorted(str(p.relative_to(REPO)) for p in found.get(module, []))
+        assert files == [allowed], f"{module} is imported by {files}, not by {allowed} alone"
 
 
 def test_every_imported_package_is_declared():

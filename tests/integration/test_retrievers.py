@@ -1,0 +1,113 @@
+"""The LlamaIndex and LangChain retrievers against a real `ctx serve` (a subprocess on loopback, the
+bundled MiniLM, a DuckDB index): what they return is the service's own answer, as each framework's
+documents, with filters, and through each framework's async path too."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from contextual_assets.serving.api import SearchRequest
+from contextual_assets.serving.client import SearchClient, SearchServiceError
+from contextual_assets.store import open_store
+from tests.integration.test_search_service import DOCS, fill
+from tests.support import REPO_ROOT, free_port
+
+TOKEN = "tok-retrievers"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from contextual_assets.embedding import EmbedderCatalog
+
+    home = tmp_path_factory.mktemp("retrievers")
+    store = open_store(None, home / ".ctx" / "index.duckdb")
+    fill(store, EmbedderCatalog(), "iv-one", "From")
+    store.aliases.set("production", "iv-one", reason="test")
+    store.close()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTX_", "DAGSTER_"))
+           and k != "DATABASE_URL"}
+    env.update({"CTX_HOME": str(home / ".ctx"), "CTX_INBOX": str(home / "inbox"), "HF_HUB_OFFLINE": "1",
+                "DAGSTER_HOME": str(home / "dagster_home"), "CTX_SERVE_PORT": str(port), "CTX_SEARCH_TOKEN": TOKEN})
+    server = subprocess.Popen([sys.executable, "-m", "contextual_assets.app.cli", "serve", "--no-access-log"],
+                              env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300  # a loaded machine: torch, MiniLM and the store load first
+        while True:
+            assert server.poll() is None, server.stdout.read()
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "ctx serve did not become ready"
+            time.sleep(0.3)
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+def service_hits(base: str, query: str, **request) -> list:
+    return SearchClient(base, TOKEN, timeout_s=120).search(SearchRequest(query=query, **request)).hits
+
+
+def test_llamaindex_retriever_returns_the_services_hits_as_nodes(served):
+    from llama_index.core.schema import MetadataMode, QueryBundle
+
+    from contextual_assets.retrievers.llamaindex import ContextualRetriever
+
+    retriever = ContextualRetriever(served, token=TOKEN, k=3, timeout_s=120)
+    nodes = retriever.retrieve("hotel per night in London")
+    expected = service_hits(served, "hotel per night in London", k=3)
+    assert [n.node.metadata["document"] for n in nodes] == [h.document for h in expected]
+    assert [n.score for n in nodes] == pytest.approx([h.score for h in expected])
+    top = nodes[0].node
+    assert top.metadata["document"] == "handbook.pdf" and top.metadata["section_path"] == ["Travel"]
+    assert top.text == f"{expected[0].header}\n\n{expected[0].text}", "the header the index embedded, then the text"
+    assert top.node_id == f"iv-one:handbook.pdf#{expected[0].ordinal}"
+    assert "index_version" not in top.get_content(MetadataMode.LLM) and "document: handbook.pdf" in \
+        top.get_content(MetadataMode.LLM)
+
+    narrowed = ContextualRetriever(served, token=TOKEN, k=3, filter={"path_prefix": "code/"}, timeout_s=120)
+    nodes = asyncio.run(narrowed.aretrieve(QueryBundle("hotel per night in London")))
+    assert [n.node.metadata["document"] for n in nodes] == ["code/rate_limiter.py"] * 2
+
+    bare = ContextualRetriever(served, token=TOKEN, k=1, mode="lexical", include_header=False, timeout_s=120)
+    (node,) = bare.retrieve("ninety days written notice")
+    assert node.node.text == DOCS["contracts/supply.pdf"][1][1]
+
+    with pytest.raises(SearchServiceError, match="401"):
+        ContextualRetriever(served, token="wrong", timeout_s=120).retrieve("hotel")
+    with pytest.raises(ValueError, match="base_url"):
+        ContextualRetriever()
+
+
+def test_langchain_retriever_returns_the_services_hits_as_documents(served):
+    from contextual_assets.retrievers.langchain import ContextualRetriever
+
+    retriever = ContextualRetriever(base_url=served, token=TOKEN, k=3, timeout_s=120)
+    documents = retriever.invoke("hotel per night in London")
+    expected = service_hits(served, "hotel per night in London", k=3)
+    assert [d.metadata["document"] for d in documents] == [h.document for h in expected]
+    assert [d.metadata["score"] for d in documents] == pytest.approx([h.score for h in expected])
+    assert documents[0].page_content == f"{expected[0].header}\n\n{expected[0].text}"
+    assert documents[0].id == f"iv-one:handbook.pdf#{expected[0].ordinal}"
+    assert "tok-retrievers" not in repr(retriever), "the token is a secret"
+
+    narrowed = ContextualRetriever(base_url=served, token=TOKEN, k=5, timeout_s=120,
+                                   filter={"section": "Termination"})
+    documents = asyncio.run(narrowed.ainvoke("hotel per night in London"))
+    assert [(d.metadata["document"], d.metadata["section_path"]) for d in documents] == \
+        [("contracts/supply.pdf", ["Termination"])]
+
+    with pytest.raises(SearchServiceError, match="404"):
+        ContextualRetriever(base_url=served, token=TOKEN, version="iv-nope", timeout_s=120).invoke("hotel")
