@@ -5,6 +5,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -45,3 +48,35 @@ def run_ctx(env: dict[str, str], *args: str, check: bool = False) -> subprocess.
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+@contextmanager
+def ctx_serve(env: dict[str, str], token: str, *args: str) -> Iterator[str]:
+    """`ctx serve` as a subprocess on a free loopback port, once it is ready and has answered one search
+    (the first loads the embedder: on a loaded machine that alone can outlast a client's timeout); yields
+    its base URL."""
+    import httpx
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "contextual_assets.app.cli", "serve", *args],
+                              env={**env, "CTX_SERVE_PORT": str(port), "CTX_SEARCH_TOKEN": token}, cwd=REPO_ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300  # a loaded machine: torch, MiniLM and the store load first
+        while True:
+            assert server.poll() is None, server.stdout.read()
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "ctx serve did not become ready"
+            time.sleep(0.3)
+        warm = httpx.post(f"{base}/v1/search", json={"query": "warm up", "k": 1},
+                          headers={"Authorization": f"Bearer {token}"}, timeout=300)
+        assert warm.status_code == 200, warm.text
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=20)

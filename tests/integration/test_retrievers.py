@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
-import time
 
-import httpx
 import pytest
 
 from contextual_assets.serving.api import SearchRequest
 from contextual_assets.serving.client import SearchClient, SearchServiceError
 from contextual_assets.store import open_store
 from tests.integration.test_search_service import DOCS, fill
-from tests.support import REPO_ROOT, free_port
+from tests.support import ctx_serve
 
 TOKEN = "tok-retrievers"
 
@@ -31,29 +27,11 @@ def served(tmp_path_factory):
     fill(store, EmbedderCatalog(), "iv-one", "From")
     store.aliases.set("production", "iv-one", reason="test")
     store.close()
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTX_", "DAGSTER_"))
-           and k != "DATABASE_URL"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTX_", "DAGSTER_")) and k != "DATABASE_URL"}
     env.update({"CTX_HOME": str(home / ".ctx"), "CTX_INBOX": str(home / "inbox"), "HF_HUB_OFFLINE": "1",
-                "DAGSTER_HOME": str(home / "dagster_home"), "CTX_SERVE_PORT": str(port), "CTX_SEARCH_TOKEN": TOKEN})
-    server = subprocess.Popen([sys.executable, "-m", "contextual_assets.app.cli", "serve", "--no-access-log"],
-                              env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300  # a loaded machine: torch, MiniLM and the store load first
-        while True:
-            assert server.poll() is None, server.stdout.read()
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "ctx serve did not become ready"
-            time.sleep(0.3)
+                "DAGSTER_HOME": str(home / "dagster_home")})
+    with ctx_serve(env, TOKEN, "--no-access-log") as base:
         yield base
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
 
 
 def service_hits(base: str, query: str, **request) -> list:

@@ -20,7 +20,7 @@ from contextual_assets.models import DocumentRecord, EmbeddedChunk, content_hash
 from contextual_assets.serving.app import create_app
 from contextual_assets.serving.service import SearchService
 from contextual_assets.store import open_store
-from tests.support import REPO_ROOT, free_port
+from tests.support import REPO_ROOT, ctx_serve, free_port
 
 DOCS = {
     "contracts/supply.pdf": [
@@ -286,22 +286,8 @@ def test_ctx_search_uses_a_running_ctx_serve_without_torch_or_dagster(tmp_path, 
     fill(store, embedders, "iv-one", "From")
     store.aliases.set("production", "iv-one", reason="test")
     store.close()
-    port = free_port()
-    serve_env = {**env, "CTX_SERVE_PORT": str(port), "CTX_SEARCH_TOKEN": "tok-123"}
-    server = subprocess.Popen([sys.executable, "-m", "contextual_assets.app.cli", "serve"], env=serve_env,
-                              cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 300  # a loaded machine: torch, MiniLM and the store load first
-        while True:
-            assert server.poll() is None, server.stdout.read()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "ctx serve did not answer /healthz"
-            time.sleep(0.3)
-        client_env = {**env, "CTX_SEARCH_URL": f"http://127.0.0.1:{port}", "CTX_SEARCH_TOKEN": "tok-123"}
+    with ctx_serve(env, "tok-123") as base:
+        client_env = {**env, "CTX_SEARCH_URL": base, "CTX_SEARCH_TOKEN": "tok-123"}
         probe = ("import sys, json; from contextual_assets.app.cli import main; rc = main(sys.argv[1:]); "
                  "print(json.dumps({'rc': rc, 'loaded': sorted(m for m in ('torch', 'dagster', 'duckdb', "
                  "'sentence_transformers') if m in sys.modules)}), file=sys.stderr)")
@@ -328,9 +314,6 @@ def test_ctx_search_uses_a_running_ctx_serve_without_torch_or_dagster(tmp_path, 
                                  env={**client_env, "CTX_SEARCH_TOKEN": "wrong"}, cwd=REPO_ROOT, capture_output=True,
                                  text=True, timeout=120)
         assert refused.returncode == 2 and "401" in refused.stderr
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
 
 
 @pytest.mark.parametrize("store_location", ["duckdb"], indirect=True)
