@@ -24,6 +24,8 @@ class ConfigurationError(ContextualError):
 class HeaderGenerationError(ContextualError):
     """The header source could not produce a valid header."""
 
+    attempts: int = 0  # requests sent for it before giving up (the fleet sets it; 0: none or unknown)
+
 
 class StoreError(ContextualError):
     """The chunk store rejected an operation."""

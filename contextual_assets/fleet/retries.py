@@ -25,6 +25,13 @@ from .types import FleetCounters, FleetRequest, FleetResult, RetryableFleetError
 Attempt = Callable[[FleetRequest, set[str], int], Awaitable[FleetResult]]
 
 
+def _gave_up(message: str, attempts: int) -> HeaderGenerationError:
+    """The request's failure, with the requests it cost (a run reports them beside the answered ones)."""
+    error = HeaderGenerationError(message)
+    error.attempts = attempts
+    return error
+
+
 def retry_allowed(config: FleetConfig, counters: FleetCounters) -> bool:
     budget = max(config.retry_budget_min, int(config.retry_budget_ratio * counters.sent))
     return counters.retries < budget
@@ -40,10 +47,8 @@ async def complete(request: FleetRequest, send: Attempt, *, config: FleetConfig,
         slots.update_down()
         slots.raise_if_down(request.label)
         if not retry_allowed(config, counters):
-            raise HeaderGenerationError(
-                f"{request.label}: fleet retry budget exhausted after {counters.retries} retries "
-                f"(last errors: {' | '.join(errors[-3:])})"
-            )
+            raise _gave_up(f"{request.label}: fleet retry budget exhausted after {counters.retries} retries "
+                           f"(last errors: {' | '.join(errors[-3:])})", attempt_no)
         counters.retries += 1
 
     retrying = AsyncRetrying(
@@ -65,7 +70,6 @@ async def complete(request: FleetRequest, send: Attempt, *, config: FleetConfig,
                 result.failovers = max(0, len(tried) - 1 - int(result.hedged))
                 return result
     except RetryableFleetError:
-        raise HeaderGenerationError(
-            f"{request.label}: no valid answer after {attempt_no} attempts: {' | '.join(errors[-3:])}"
-        ) from None
+        raise _gave_up(f"{request.label}: no valid answer after {attempt_no} attempts: {' | '.join(errors[-3:])}",
+                       attempt_no) from None
     raise HeaderGenerationError(f"{request.label}: no answer")  # pragma: no cover - loop always returns

@@ -340,6 +340,10 @@ class OpenAIHeaderSource(HeaderSource):
                     try:
                         result: FleetResult = future.result()
                     except HeaderGenerationError as exc:
+                        # Requests spent on an answer never given count too (a chunk that falls back
+                        # cost its attempts all the same).
+                        stats.sent += exc.attempts
+                        stats.retries += max(0, exc.attempts - 1)
                         if len(indices) > 1:  # batch failed: fall back to one chunk per request
                             stats.batch_fallbacks += 1
                             for index in indices:

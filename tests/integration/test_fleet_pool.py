@@ -191,6 +191,19 @@ def test_structured_batching_and_fallback():
         assert len(results) == 8 and source.last_stats.batch_fallbacks == 2
 
 
+def test_a_chunk_that_falls_back_still_counts_the_requests_it_cost():
+    with simulated_fleet(2, time_scale=0.05) as (sim, fleet):
+        sim.set_faults(0, malformed="empty")
+        sim.set_faults(1, malformed="empty")
+        source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), fallback_share=1.0)
+        results = source.generate(chunk_requests(3))
+        stats = source.last_stats
+        assert stats.fallbacks == 3 and {r.source for r in results} == {"structural"}
+        served = sum(s["malformed_injected"] for s in sim.stats())  # the servers' own count
+        assert stats.requests == served == 3 * fleet.config.max_attempts
+        assert stats.retries == served - 3
+
+
 def test_metrics_sampler_builds_a_timeline():
     with simulated_fleet(2, time_scale=0.05) as (sim, fleet):
         with MetricsSampler(sim.base_urls, interval_s=0.05) as sampler:
