@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -254,13 +255,21 @@ def corpus(quick: bool, workdir: Path, dataset: Path, gold: Path | None) -> tupl
 
 
 def run(quick: bool, workdir: Path, dataset: Path, gold: Path | None, capacity_s: float,
-        fallback_share: float, request_timeout_s: float) -> dict:
+        fallback_share: float, request_timeout_s: float, checkpoint: Callable[[dict], None] | None = None) -> dict:
     sources, gold_path = corpus(quick, workdir, dataset, gold)
     loop = SwapLoop(workdir, sources, gold_path, fallback_share, request_timeout_s)
     rows = loop.rows
     started = time.monotonic()
+
+    def built() -> None:
+        """The builds so far (without their quality, judged at the end): a stop mid-run keeps them."""
+        if checkpoint is not None:
+            checkpoint({"partial": True, "wall_s": round(time.monotonic() - started, 1),
+                        "models": [{"name": name, **row} for name, row in rows.items()]})
+
     rows["none"] = loop.build("none", header_source="none")
     rows["structural"] = loop.build("structural", header_source="structural")
+    built()
     logs = workdir / "llama-logs"
     weights = {m.name: m.gguf(workdir / "weights") for m in (MODEL_A, MODEL_B)}
 
@@ -268,6 +277,7 @@ def run(quick: bool, workdir: Path, dataset: Path, gold: Path | None, capacity_s
         rows[MODEL_A.name] = loop.build(MODEL_A.name, servers_a, header_source="openai",
                                         llm_base_urls=",".join(servers_a.base_urls))
         rows[MODEL_A.name]["servers"] = [s.describe() for s in servers_a.servers]
+    built()
 
     samples = sorted((workdir / "samples").iterdir())
     with Replicas(MODEL_B, weights[MODEL_B.name], THREADS_B, logs) as servers_b:
@@ -275,6 +285,7 @@ def run(quick: bool, workdir: Path, dataset: Path, gold: Path | None, capacity_s
         rows[MODEL_B.name] = loop.build(MODEL_B.name, servers_b, header_source="openai",
                                         llm_base_urls=",".join(servers_b.base_urls))
         rows[MODEL_B.name]["servers"] = [s.describe() for s in servers_b.servers]
+        built()
         batch = batch_check(servers_b.base_urls[0], [p for p in samples if p.name in BATCH_DOCS])
 
     for name, row in rows.items():
@@ -362,8 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="model-swap-"))
     capacity_s = args.capacity_s or (30.0 if args.quick else 60.0)
+    # Each build as it lands, beside the final JSON (F.partial.json): a run of hours keeps what it measured.
+    partial = args.json.with_suffix(".partial.json") if args.json else None
     result = run(args.quick, workdir, args.dataset, args.gold, capacity_s, args.fallback_share,
-                 args.request_timeout_s)
+                 args.request_timeout_s, checkpoint=lambda rows: write_json(partial, rows))
     print_table(result)
     write_json(args.json, result)
     return 0
