@@ -3,15 +3,13 @@ document (its text, a stable id and metadata). Imports only the search client an
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from contextual_assets.models import ChunkFilter
-from contextual_assets.serving.api import Hit, SearchRequest
-
-Mode = Literal["hybrid", "dense", "lexical"]
+from contextual_assets.serving.api import Hit, SearchMode, SearchRequest
 
 
-def search_request(query: str, *, k: int, mode: Mode, version: str | None, filter: ChunkFilter | dict | None,
+def search_request(query: str, *, k: int, mode: SearchMode, version: str | None, filter: ChunkFilter | dict | None,
                    rerank: bool | None) -> SearchRequest:
     where = ChunkFilter.model_validate(filter) if isinstance(filter, dict) else filter
     return SearchRequest(query=query, k=k, mode=mode, version=version, rerank=rerank, filter=where)

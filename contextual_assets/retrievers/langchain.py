@@ -16,9 +16,10 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
 
 from contextual_assets.models import ChunkFilter
+from contextual_assets.serving.api import SearchMode
 from contextual_assets.serving.client import SearchClient
 
-from .hits import Mode, hit_id, hit_metadata, hit_text, search_request
+from .hits import hit_id, hit_metadata, hit_text, search_request
 
 
 class ContextualRetriever(BaseRetriever):
@@ -29,7 +30,7 @@ class ContextualRetriever(BaseRetriever):
     base_url: str = Field(description="the search service, e.g. http://search:8765")
     token: SecretStr | None = Field(None, description="its bearer token (CTX_SEARCH_TOKEN)")
     k: int = Field(5, ge=1)
-    mode: Mode = "hybrid"
+    mode: SearchMode = "hybrid"
     version: str | None = None
     filter: ChunkFilter | None = None
     rerank: bool | None = None

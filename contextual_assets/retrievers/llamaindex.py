@@ -16,9 +16,10 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from contextual_assets.models import ChunkFilter
+from contextual_assets.serving.api import SearchMode
 from contextual_assets.serving.client import SearchClient
 
-from .hits import Mode, hit_id, hit_metadata, hit_text, search_request
+from .hits import hit_id, hit_metadata, hit_text, search_request
 
 # Metadata the LLM and the embedder never read in a node's content (the header is already in the text).
 _NOT_FOR_CONTENT = ["ordinal", "header", "score", "rank", "index_version", "page_start", "page_end"]
@@ -28,7 +29,7 @@ class ContextualRetriever(BaseRetriever):
     """Searches `ctx serve` at `base_url` (or through a `SearchClient` of the caller's)."""
 
     def __init__(self, base_url: str | None = None, *, token: str | None = None, client: SearchClient | None = None,
-                 k: int = 5, mode: Mode = "hybrid", version: str | None = None,
+                 k: int = 5, mode: SearchMode = "hybrid", version: str | None = None,
                  filter: ChunkFilter | dict | None = None, rerank: bool | None = None, include_header: bool = True,
                  timeout_s: float = 30.0, **kwargs: Any):
         if client is None and not base_url:

@@ -11,6 +11,7 @@ from contextual_assets.models import ChunkFilter
 
 MAX_QUERY_CHARS = 4000
 MAX_BATCH_QUERIES = 32
+SearchMode = Literal["hybrid", "dense", "lexical"]
 
 
 class SearchRequest(BaseModel):
@@ -20,7 +21,7 @@ class SearchRequest(BaseModel):
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     k: int = Field(10, ge=1, description="hits to return (at most the service's CTX_SERVE_MAX_K)")
-    mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
+    mode: SearchMode = "hybrid"
     version: str | None = Field(None, description="an index version (default: the production alias)")
     rerank: bool | None = Field(None, description="rerank the fused candidates (default: when a reranker is set)")
     filter: ChunkFilter | None = Field(None, description="which chunks may be returned, applied before the top k")
