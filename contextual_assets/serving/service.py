@@ -194,19 +194,22 @@ class SearchService:
         return {"status": "ready", "production": production, "default": default}
 
 
-def service_from_settings(settings: PlatformSettings, *, vectors_in_memory: bool = False) -> SearchService:
+def service_from_settings(settings: PlatformSettings, *, long_lived: bool = False) -> SearchService:
     """The service the settings describe. Without a production alias it serves the version the current
-    settings build (as `ctx search` does), computed only when needed (it asks the header fleet)."""
+    settings build (as `ctx search` does), computed only when needed (it asks the header fleet). A
+    long-lived one (`ctx serve`) keeps vectors in memory and its store connection open between requests."""
     platform = Platform(settings)
 
     store = open_store(settings.database_url or None, settings.duckdb_path, pool_size=8)
+    if long_lived:
+        store.backend.hold_connection()
     embedders = EmbedderCatalog(settings.embed_base_url, settings.embed_model, settings.embed_model_dir,
                                 settings.embed_api_key_env,
                                 device=settings.embed_device, threads=1)
     reranker = platform.reranker.get()
     return SearchService(store, embedders, weights=FusionWeights.model_validate_json(settings.fusion_weights_json),
                          reranker=reranker, rerank_candidates=settings.rerank_candidates, max_k=settings.serve_max_k,
-                         fallback_version=platform.current_index_version, vectors_in_memory=vectors_in_memory)
+                         fallback_version=platform.current_index_version, vectors_in_memory=long_lived)
 
 
 def _hit(rank: int, h: SearchHit) -> Hit:

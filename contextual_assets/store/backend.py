@@ -33,6 +33,7 @@ class Backend(ABC):
 
     dialect: str = "abstract"
     location: str = ""
+    compacts_lexical: bool = False  # lexical_index.py: postings compacted into one row per term (DuckDB)
 
     # ---- lifecycle ---------------------------------------------------------------------------
     @abstractmethod
@@ -41,6 +42,10 @@ class Backend(ABC):
 
     def close(self) -> None:  # pragma: no cover - trivial
         pass
+
+    def hold_connection(self, idle_release_s: float = 0.5) -> None:
+        """For a long-lived reader: keep a connection open across requests (DuckDB; a Postgres pool
+        already does)."""
 
     # ---- statements --------------------------------------------------------------------------
     @abstractmethod

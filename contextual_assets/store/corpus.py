@@ -151,6 +151,8 @@ class CorpusTable:
         with self._backend.transaction() as cur:
             for document, chunks in documents:
                 self._replace_in(cur, document, chunks, require_current_source)
+            for version in sorted({document.index_version for document, _ in documents}):
+                self._lexical.maybe_compact(cur, version)
 
     def _replace_in(self, cur: Any, document: DocumentRecord, chunks: list[EmbeddedChunk],
                     require_current_source: bool) -> None:

@@ -1,7 +1,8 @@
 """DuckDB back-end: the embedded default, one file under ./.ctx/, no server.
 
-DuckDB lets one process write a file at a time, so connections are short-lived (opened per
-operation) and a lock held by another process is retried for a bounded time.
+DuckDB lets one process open a file at a time, so connections are short-lived (opened per
+operation) and a lock held by another process is retried for a bounded time. A long-lived reader
+(the search service) holds one connection across requests instead (duckdb_held.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tenacity import (
 from ..errors import StoreError
 from ..models import ChunkFilter, EmbeddedChunk
 from .backend import Backend, T, utc_now
+from .duckdb_held import HeldConnection, signal_wanted
 from .filters import filter_sql
 from .migrations import MIGRATIONS
 from .search import EmbeddingMatrix
@@ -65,12 +67,14 @@ _retry_on_lock = retry(
 
 class DuckDBBackend(Backend):
     dialect = "duckdb"
+    compacts_lexical = True
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.location = f"duckdb:{self.path}"
         self._reader = threading.local()
+        self._held: HeldConnection | None = None
 
     @_retry_on_lock
     def migrate(self) -> int:
@@ -111,6 +115,7 @@ class DuckDBBackend(Backend):
             return duckdb.connect(str(self.path))
         except duckdb.Error as exc:
             if _is_lock_conflict(exc):
+                signal_wanted(self.path)  # a long-lived reader holding the file lets go
                 raise
             if _being_created(exc, self.path):
                 raise _FileBeingCreated(str(exc)) from exc
@@ -124,14 +129,23 @@ class DuckDBBackend(Backend):
         finally:
             con.close()
 
+    def hold_connection(self, idle_release_s: float = 0.5) -> None:
+        """Keep one connection open across reads (a long-lived reader); see duckdb_held.py."""
+        if self._held is None:
+            self._held = HeldConnection(self._open, self.path, idle_release_s=idle_release_s)
+
+    def close(self) -> None:
+        if self._held is not None:
+            self._held.close()
+
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """One connection for the reads of one request (each open costs ~20 ms); held only that long,
-        so writers in other processes get the file between requests."""
+        """One connection for the reads of one request (each open costs ~20 ms); held only that long
+        (or, for a holder, until idle or asked for), so other processes get the file between requests."""
         if getattr(self._reader, "con", None) is not None:
             yield
             return
-        with self._locked_connection() as con:
+        with self._connection_for_reads() as con:
             self._reader.con = con
             try:
                 yield
@@ -139,12 +153,21 @@ class DuckDBBackend(Backend):
                 self._reader.con = None
 
     @contextmanager
+    def _connection_for_reads(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        if self._held is not None:
+            with self._held.cursor() as cur:
+                yield cur
+        else:
+            with self._locked_connection() as con:
+                yield con
+
+    @contextmanager
     def _read_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
         con = getattr(self._reader, "con", None)
         if con is not None:
             yield con.cursor()
         else:
-            with self._locked_connection() as con:
+            with self._connection_for_reads() as con:
                 yield con
 
     @_retry_on_lock

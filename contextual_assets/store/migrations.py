@@ -70,6 +70,20 @@ _EVAL_DOCUMENTS = [
         PRIMARY KEY (index_version, doc_id))""",
 ]
 
+# DuckDB's compacted lexical index (lexical_index.py): one row per (version, term) holding the postings of
+# every document compacted into it, found through an ART index on its one-column key, so a query looks up
+# its terms' rows instead of scanning all postings (a Postgres B-tree already finds a term's rows).
+# ctx_lexical_postings keeps what was written since; a document's compacted entries count only while its
+# lexical_compacted is set.
+_LEXICAL_TERMS = [
+    """CREATE TABLE IF NOT EXISTS ctx_lexical_terms (
+        term_key TEXT NOT NULL, index_version TEXT NOT NULL, term TEXT NOT NULL, doc_ids TEXT[] NOT NULL,
+        chunk_counts INTEGER[] NOT NULL, ordinals INTEGER[][] NOT NULL, tfs INTEGER[][] NOT NULL,
+        lengths INTEGER[][] NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS ctx_lexical_terms_key ON ctx_lexical_terms (term_key)",
+    "ALTER TABLE ctx_documents ADD COLUMN lexical_compacted BOOLEAN",
+]
+
 MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
     "duckdb": [
         (1, _COMMON_V1 + [
@@ -82,6 +96,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
         (5, _LEXICAL),
         (6, _INBOX_ENTRIES),
         (7, _EVAL_DOCUMENTS),
+        (8, _LEXICAL_TERMS),
     ],
     "postgres": [
         (1, ["CREATE EXTENSION IF NOT EXISTS vector"] + _COMMON_V1 + [
@@ -98,6 +113,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
         ]),
         (6, _INBOX_ENTRIES),
         (7, _EVAL_DOCUMENTS),
+        (8, []),  # the compacted lexical index is DuckDB's alone
     ],
 }
 

@@ -8,15 +8,33 @@ import json
 from bench import search
 
 
-def test_search_bench_tiny(tmp_path):
+def run(tmp_path, *extra: str) -> dict:
     out = tmp_path / "search.json"
-    assert search.main(["--chunks", "1500", "--backends", "duckdb", "--clients", "2", "--duration", "2",
-                        "--cold-runs", "1", "--queries", "20", "--workdir", str(tmp_path / "work"),
-                        "--json", str(out)]) == 0
+    assert search.main(["--backends", "duckdb", "--clients", "2", "--duration", "2", "--cold-runs", "1",
+                        "--queries", "20", "--open-rates", "0.5,1", "--open-duration", "2",
+                        "--workdir", str(tmp_path / "work"), "--json", str(out), *extra]) == 0
     (row,) = json.loads(out.read_text())["rows"]
     assert {"backend", "chunks", "cold_cli_s", "cold_cli_small_s", "service_p50_ms", "service_p95_ms", "qps",
-            "recall_at_10"} <= set(row)
-    assert row["backend"] == "duckdb" and row["chunks"] == 1500
+            "recall_at_10", "service_recall_at_10"} <= set(row)
+    assert row["backend"] == "duckdb"
     assert row["recall_at_10"] == 1.0, "DuckDB searches exactly: recall against numpy brute force is 1"
     assert row["service_errors"] == 0 and row["qps"] > 0
     assert 0 < row["service_p50_ms"] <= row["service_p95_ms"]
+    assert [o["offered_qps"] for o in row["open_loop"]] == [round(row["qps"] * f, 2) for f in (0.5, 1)]
+    assert all(o["errors"] == 0 and o["requests"] == o["sent"] > 0 for o in row["open_loop"])
+    return row
+
+
+def test_search_bench_tiny_synthetic(tmp_path):
+    row = run(tmp_path, "--chunks", "1500")
+    assert row["chunks"] == 1500
+    assert row["service_recall_at_10"] is None  # synthetic query texts say nothing about its vectors
+
+
+def test_search_bench_tiny_real(tmp_path):
+    """Real text and MiniLM vectors: the service's exact in-memory dense search and its hybrid fusion
+    return what exact search over the same vectors returns (ties between identical texts aside)."""
+    row = run(tmp_path, "--chunks", "3000", "--real")
+    assert row["chunks"] == 3000
+    assert row["service_recall_at_10"] >= 0.95
+    assert row["service_hybrid_recall_at_10"] >= 0.95

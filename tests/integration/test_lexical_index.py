@@ -83,3 +83,60 @@ def test_documents_stored_before_the_lexical_index_are_indexed_on_first_search(s
     rows = store.backend.query("SELECT count(*) FROM ctx_lexical_postings WHERE doc_id = ? AND term = ?",
                                ("old.txt", "cure"))
     assert rows[0][0] == 1
+
+
+def test_duckdb_compacted_postings_rank_as_the_uncompacted_ones(tmp_path, monkeypatch):
+    """DuckDB compacts postings into one row per term. Compacted at every commit, then left with
+    documents replaced, purged and added since (their compacted entries stale), it ranks every query
+    and filter exactly as a store that never compacted."""
+    from contextual_assets.models import ChunkFilter
+    from contextual_assets.store.lexical_index import LexicalIndex
+
+    corpus = _corpus(seed=11)
+    never = open_store(None, tmp_path / "never.duckdb")
+    compacted = open_store(None, tmp_path / "compacted.duckdb")
+    monkeypatch.setattr(LexicalIndex, "COMPACT_MIN_ROWS", 10**9)
+    for doc, texts in corpus.items():
+        put(never, doc, texts)
+    monkeypatch.setattr(LexicalIndex, "COMPACT_MIN_ROWS", 1)
+    monkeypatch.setattr(LexicalIndex, "COMPACT_RATIO", 0.0)
+    for doc, texts in corpus.items():
+        put(compacted, doc, texts)
+    assert compacted.backend.query("SELECT count(*) FROM ctx_lexical_postings")[0][0] == 0
+    # One row per term of the version.
+    assert compacted.backend.query("SELECT count(*), count(DISTINCT term) FROM ctx_lexical_terms")[0] == \
+        (never.backend.query("SELECT count(DISTINCT term) FROM ctx_lexical_postings")[0][0],) * 2
+    monkeypatch.setattr(LexicalIndex, "COMPACT_MIN_ROWS", 10**9)
+    for store in (never, compacted):
+        put(store, "doc1.txt", ["escrow breach cure escrow", "mooring harbour"])  # replaced: stale entries
+        store.corpus.purge_document("doc2.txt")
+        put(store, "doc9.txt", ["penalty clause quota", "shipment carrier notice"])
+    assert compacted.backend.query("SELECT count(*) FROM ctx_lexical_postings")[0][0] > 0
+    def same_ranking(query, where=None):
+        expected = never.search.lexical_top(query, "iv-a", 50, where)
+        got = compacted.search.lexical_top(query, "iv-a", 50, where)
+        assert expected, (query, where)  # a query that finds nothing would prove nothing
+        assert [(d, o) for d, o, _ in got] == [(d, o) for d, o, _ in expected], (query, where)
+        assert [s for *_, s in got] == pytest.approx([s for *_, s in expected], rel=1e-9)
+
+    filters = [None, ChunkFilter(documents=["doc1.txt", "doc3.txt"]), ChunkFilter(path_prefix="doc"),
+               ChunkFilter(section="S1"), ChunkFilter(page_from=2, page_to=3)]
+    queries = ["penalty clause", "token bucket refill", "escrow breach cure", "mooring harbour quota",
+               "RateLimiter quota quota", "shipment carrier notice period"]
+    for query in queries:
+        for where in filters:
+            same_ranking(query, where)
+    assert not any(d == "doc2.txt" for d, _, _ in compacted.search.lexical_top("ledger invoice", "iv-a", 100))
+    assert {o for d, o, _ in compacted.search.lexical_top("escrow", "iv-a", 100) if d == "doc1.txt"} == {0}
+    # The next compaction folds it all in: stale entries dropped, the recent rows moved.
+    monkeypatch.setattr(LexicalIndex, "COMPACT_MIN_ROWS", 1)
+    put(compacted, "doc10.txt", ["harbour tariff"])
+    put(never, "doc10.txt", ["harbour tariff"])
+    assert compacted.backend.query("SELECT count(*) FROM ctx_lexical_postings")[0][0] == 0
+    stale = compacted.backend.query("SELECT count(*) FROM (SELECT unnest(doc_ids) AS d FROM ctx_lexical_terms) "
+                                    "WHERE d = 'doc2.txt'")[0][0]
+    assert stale == 0
+    for query in queries:
+        same_ranking(query)
+    never.close()
+    compacted.close()

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     token = os.environ.get(settings.search_token_env) or None
     host = args.host or settings.serve_host
     port = args.port or settings.serve_port
-    service = service_from_settings(settings, vectors_in_memory=True)
+    service = service_from_settings(settings, long_lived=True)
     if host not in LOOPBACK and not token:
         print(f"warning: serving on {host} without a token; set {settings.search_token_env} to require one",
               file=sys.stderr)
