@@ -216,10 +216,13 @@ def closed_loop(base: str, queries: Queries, clients: int, duration_s: float, mo
             while time.perf_counter() < stop_at:
                 query = queries.next()
                 t0 = time.perf_counter()
-                response = http.post("/v1/search", json={"query": query, "k": K, "mode": mode})
+                try:
+                    ok = http.post("/v1/search", json={"query": query, "k": K, "mode": mode}).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
                 elapsed = time.perf_counter() - t0
                 with lock:
-                    if response.status_code == 200:
+                    if ok:
                         latencies.append(elapsed)
                     else:
                         errors[0] += 1
@@ -294,14 +297,17 @@ def run_service(env: dict, work: Workload, truth: dict, args) -> dict:
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(ctx_command("serve", "--port", str(port)), env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+    # Its log to a file: the access log of a long run would fill a pipe nobody reads, and stall it.
+    log_path = Path(env["CTX_HOME"]) / "serve.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = log_path.open("w")
+    server = subprocess.Popen(ctx_command("serve", "--port", str(port)), env=env, stdout=log, stderr=subprocess.STDOUT)
     queries = Queries(work.load_texts)
     try:
         deadline = time.monotonic() + 300
         while True:
             if server.poll() is not None:
-                raise SystemExit(f"ctx serve exited: {server.stderr.read()[-2000:]}")
+                raise SystemExit(f"ctx serve exited: {log_path.read_text()[-2000:]}")
             try:
                 if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
                     break
@@ -330,6 +336,7 @@ def run_service(env: dict, work: Workload, truth: dict, args) -> dict:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
+        log.close()
 
 
 def run_backend(backend: str, work: Workload, args, workdir: Path) -> dict:
@@ -397,7 +404,8 @@ def print_table(result: dict) -> None:
               f"{r['service_dense_p95_ms']:9.1f} {r['recall_at_10']:7.3f} {fmt(r['service_recall_at_10'], '9.3f')} "
               f"{fmt(r['service_hybrid_recall_at_10'], '10.3f')}")
     print("\nopen loop (hybrid; latency from each request's due time)")
-    print(f"{'backend':9s} {'offered':>8s} {'achieved':>8s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s} {'errors':>6s}")
+    print(f"{'backend':9s} {'offered':>8s} {'achieved':>8s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s} "
+          f"{'errors':>6s}")
     for r in result["rows"]:
         for o in r["open_loop"]:
             print(f"{r['backend']:9s} {o['offered_qps']:8.1f} {o['achieved_qps']:8.1f} {o['p50_ms']:8.1f} "

@@ -12,7 +12,6 @@ open while requests keep coming and gives the file up:
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator

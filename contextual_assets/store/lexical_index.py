@@ -162,8 +162,8 @@ class LexicalIndex:
                 "AND d.index_version = ? AND d.lexical_compacted "
                 "UNION ALL SELECT term, doc_id, chunk_count, ordinals, tfs, lengths FROM ctx_lexical_postings "
                 "WHERE index_version = ?) "
-                "SELECT term, list(doc_id ORDER BY doc_id) AS doc_ids, list(chunk_count ORDER BY doc_id) AS chunk_counts, "
-                "list(ordinals ORDER BY doc_id) AS ordinals, list(tfs ORDER BY doc_id) AS tfs, "
+                "SELECT term, list(doc_id ORDER BY doc_id) AS doc_ids, "
+                "list(chunk_count ORDER BY doc_id) AS chunk_counts, list(ordinals ORDER BY doc_id) AS ordinals, list(tfs ORDER BY doc_id) AS tfs, "
                 "list(lengths ORDER BY doc_id) AS lengths FROM merged GROUP BY term", (v, v, v))
         db.exec(cur, "DELETE FROM ctx_lexical_terms WHERE index_version = ?", (v,))
         db.exec(cur, "INSERT INTO ctx_lexical_terms SELECT ? || chr(31) || term, ?, term, doc_ids, chunk_counts, "
