@@ -202,37 +202,49 @@ def summary(latencies: list[float], errors: int, wall: float) -> dict:
             "qps": round(len(latencies) / wall, 1)}
 
 
+class Latencies:
+    """Searches sent and their latencies (or errors), from any number of threads."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self.errors = 0
+        self._lock = threading.Lock()
+
+    def search(self, http, query: str, mode: str, since: float) -> None:
+        """One search; its latency runs from `since` (when it was sent, or due)."""
+        import httpx
+
+        try:
+            ok = http.post("/v1/search", json={"query": query, "k": K, "mode": mode}).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        elapsed = time.perf_counter() - since
+        with self._lock:
+            if ok:
+                self.seconds.append(elapsed)
+            else:
+                self.errors += 1
+
+
 def closed_loop(base: str, queries: Queries, clients: int, duration_s: float, mode: str) -> dict:
     """`clients` threads, each sending searches back to back for `duration_s`."""
     import httpx
 
-    latencies: list[float] = []
-    errors = [0]
-    lock = threading.Lock()
+    recorded = Latencies()
     stop_at = time.perf_counter() + duration_s
 
     def client() -> None:
         with httpx.Client(base_url=base, timeout=120) as http:
             while time.perf_counter() < stop_at:
                 query = queries.next()
-                t0 = time.perf_counter()
-                try:
-                    ok = http.post("/v1/search", json={"query": query, "k": K, "mode": mode}).status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                elapsed = time.perf_counter() - t0
-                with lock:
-                    if ok:
-                        latencies.append(elapsed)
-                    else:
-                        errors[0] += 1
+                recorded.search(http, query, mode, time.perf_counter())
     threads = [threading.Thread(target=client) for _ in range(clients)]
     started = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return summary(latencies, errors[0], time.perf_counter() - started)
+    return summary(recorded.seconds, recorded.errors, time.perf_counter() - started)
 
 
 def open_loop(base: str, queries: Queries, rate: float, duration_s: float, seed: int, workers: int = 64) -> dict:
@@ -242,25 +254,14 @@ def open_loop(base: str, queries: Queries, rate: float, duration_s: float, seed:
 
     rng = np.random.default_rng(seed)
     due = np.cumsum(rng.exponential(1.0 / rate, max(1, round(rate * duration_s))))  # ~duration_s of arrivals
-    latencies: list[float] = []
-    errors = [0]
-    lock = threading.Lock()
+    recorded = Latencies()
     local = threading.local()
 
     def send(at: float, query: str) -> None:
         http = getattr(local, "http", None)
         if http is None:
             http = local.http = httpx.Client(base_url=base, timeout=120)
-        try:
-            ok = http.post("/v1/search", json={"query": query, "k": K, "mode": "hybrid"}).status_code == 200
-        except httpx.HTTPError:
-            ok = False
-        elapsed = time.perf_counter() - at
-        with lock:
-            if ok:
-                latencies.append(elapsed)
-            else:
-                errors[0] += 1
+        recorded.search(http, query, "hybrid", at)
 
     pool = ThreadPoolExecutor(max_workers=workers)
     started = time.perf_counter()
@@ -272,7 +273,7 @@ def open_loop(base: str, queries: Queries, rate: float, duration_s: float, seed:
         pool.submit(send, at, queries.next())
     pool.shutdown(wait=True)
     wall = time.perf_counter() - started
-    out = summary(latencies, errors[0], wall)
+    out = summary(recorded.seconds, recorded.errors, wall)
     out.update({"offered_qps": round(rate, 2), "sent": int(len(due)), "achieved_qps": out.pop("qps")})
     return out
 
