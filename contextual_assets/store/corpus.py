@@ -180,12 +180,18 @@ class CorpusTable:
 
     @write_transaction
     def purge_document(self, doc_id: str) -> int:
-        """Remove a document from every index version and forget its source."""
+        """Remove a document from every index version and forget its source. On DuckDB its versions'
+        postings are compacted again, so no term of it stays behind in the compacted rows."""
         db = self._backend
         with db.transaction() as cur:
             count = db.fetch(cur, "SELECT count(*) FROM ctx_chunks WHERE doc_id = ?", (doc_id,))
+            versions = [r[0] for r in db.fetch(cur, "SELECT index_version FROM ctx_documents WHERE doc_id = ? "
+                                               "AND lexical_compacted ORDER BY index_version", (doc_id,))
+                        ] if db.compacts_lexical else []
             for table in ("ctx_chunks", "ctx_lexical_postings", "ctx_documents", "ctx_sources"):
                 db.exec(cur, f"DELETE FROM {table} WHERE doc_id = ?", (doc_id,))
+            for version in versions:
+                self._lexical.compact(cur, version)
         return int(count[0][0])
 
     def documents(self, index_version: str | None = None) -> list[DocumentRecord]:

@@ -107,10 +107,17 @@ def test_duckdb_compacted_postings_rank_as_the_uncompacted_ones(tmp_path, monkey
     assert compacted.backend.query("SELECT count(*), count(DISTINCT term) FROM ctx_lexical_terms")[0] == \
         (never.backend.query("SELECT count(DISTINCT term) FROM ctx_lexical_postings")[0][0],) * 2
     monkeypatch.setattr(LexicalIndex, "COMPACT_MIN_ROWS", 10**9)
+    def entries_of(doc_id):
+        return compacted.backend.query("SELECT count(*) FROM (SELECT unnest(doc_ids) AS d FROM ctx_lexical_terms) "
+                                       "WHERE d = ?", (doc_id,))[0][0]
+
+    assert entries_of("doc2.txt") > 0
     for store in (never, compacted):
+        store.corpus.purge_document("doc2.txt")  # compacts again: no term of it stays behind
         put(store, "doc1.txt", ["escrow breach cure escrow", "mooring harbour"])  # replaced: stale entries
-        store.corpus.purge_document("doc2.txt")
         put(store, "doc9.txt", ["penalty clause quota", "shipment carrier notice"])
+    assert entries_of("doc2.txt") == 0
+    assert entries_of("doc1.txt") > 0  # stale until the next compaction, and ignored
     assert compacted.backend.query("SELECT count(*) FROM ctx_lexical_postings")[0][0] > 0
     def same_ranking(query, where=None):
         expected = never.search.lexical_top(query, "iv-a", 50, where)
@@ -133,9 +140,10 @@ def test_duckdb_compacted_postings_rank_as_the_uncompacted_ones(tmp_path, monkey
     put(compacted, "doc10.txt", ["harbour tariff"])
     put(never, "doc10.txt", ["harbour tariff"])
     assert compacted.backend.query("SELECT count(*) FROM ctx_lexical_postings")[0][0] == 0
-    stale = compacted.backend.query("SELECT count(*) FROM (SELECT unnest(doc_ids) AS d FROM ctx_lexical_terms) "
-                                    "WHERE d = 'doc2.txt'")[0][0]
-    assert stale == 0
+    # doc1's entries are its new chunks' only: two chunks, "escrow" in the first.
+    assert compacted.backend.query(
+        "SELECT ords FROM (SELECT unnest(doc_ids) AS d, unnest(ordinals) AS ords FROM ctx_lexical_terms "
+        "WHERE term = 'escrow') WHERE d = 'doc1.txt'") == [([0],)]
     for query in queries:
         same_ranking(query)
     never.close()
