@@ -63,6 +63,7 @@ class PostgresBackend(Backend):
             raise StoreUnavailable(f"cannot connect to Postgres at {redact_url(url)}: {type(exc).__name__}; start "
                                    "the database or fix DATABASE_URL") from None
         self._indexed_dims: set[int] = set()
+        self._server_ef_search: int | None = None
 
     def close(self) -> None:
         self._pool.close()
@@ -140,9 +141,17 @@ class PostgresBackend(Backend):
         return [(r[0], int(r[1]), json.loads(r[2]) if r[2] else None) for r in rows]
 
     def ef_search_for(self, k: int) -> int:
-        """HNSW candidate list for a top-k query: at least `ef_search`, 4k for wide (hybrid) queries;
-        pgvector accepts at most 1000."""
-        return max(1, min(1000, max(self.ef_search, k * 4)))
+        """HNSW candidate list for a top-k query: at least `ef_search` and at least what the server is
+        configured with (an operator's `ALTER DATABASE ... SET hnsw.ef_search = 800`, or
+        `options=-c hnsw.ef_search=800` in DATABASE_URL: more recall for a few ms), 4k for wide (hybrid)
+        queries; pgvector accepts at most 1000."""
+        return max(1, min(1000, max(self.ef_search, self._server_ef_search or 0, k * 4)))
+
+    def _read_server_ef_search(self, conn: Any) -> None:
+        """The session's own hnsw.ef_search, read once (None, so 0, while unset and pgvector not loaded)."""
+        if self._server_ef_search is None:
+            value = conn.execute("SELECT current_setting('hnsw.ef_search', true)").fetchone()[0]
+            self._server_ef_search = int(value) if value and str(value).isdigit() else 0
 
     def json_array_holds(self, column: str) -> str:
         return f"({column})::jsonb @> jsonb_build_array(CAST(? AS TEXT))"
@@ -162,6 +171,7 @@ class PostgresBackend(Backend):
                 # Filtering (by index version, and by `where`) after the HNSW walk can leave fewer than
                 # n rows; a wider candidate list keeps recall, and an exact scan of the rows that pass
                 # the filter is the fallback (pgvector 0.6 has no iterative index scan).
+                self._read_server_ef_search(conn)
                 conn.execute(f"SET LOCAL hnsw.ef_search = {self.ef_search_for(n)}")
                 rows = conn.execute(sql, (literal, index_version, *params, literal, n)).fetchall()
                 if len(rows) < n:
