@@ -111,6 +111,15 @@ class RealCorpus:
         self.pulled = self.neighbours[self.source[:, None], picks]
         self.pulls = self.rng.uniform(0, MAX_PULL, (n, 2)).astype(np.float32)
         self.vectors = self._vectors()
+        self.keys = self._keys()  # chunk index -> (doc_id, ordinal)
+
+    def _keys(self) -> list[tuple[str, int]]:
+        """Each chunk's document (its replica and base file: `r003/<file>`) and ordinal in it."""
+        keys: list[tuple[str, int]] = []
+        for i in range(self.n):
+            doc_id = f"r{self.replica[i]:03d}/{self.base[self.source[i]].file}"
+            keys.append((doc_id, keys[-1][1] + 1 if keys and keys[-1][0] == doc_id else 0))
+        return keys
 
     def _vectors(self) -> np.ndarray:
         out = np.empty((self.n, self.dim), dtype=np.float32)
@@ -142,35 +151,23 @@ class RealCorpus:
         total = self.n if limit is None else min(limit, self.n)
         start = 0
         while start < total:
-            replica, file = self.replica[start], self.base[self.source[start]].file
-            end = start
-            while end < total and self.replica[end] == replica and self.base[self.source[end]].file == file:
+            doc_id = self.keys[start][0]
+            end = start + 1
+            while end < total and self.keys[end][0] == doc_id:
                 end += 1
-            doc_id = f"r{replica:03d}/{file}"
             chunks = []
-            for ordinal, i in enumerate(range(start, end)):
+            for i in range(start, end):
                 base, text = self.base[self.source[i]], self.text(i)
                 chunks.append(EmbeddedChunk(
-                    doc_id=doc_id, source_doc=doc_id, title=base.title, ordinal=ordinal,
+                    doc_id=doc_id, source_doc=doc_id, title=base.title, ordinal=self.keys[i][1],
                     section_path=list(base.section_path), text=text, token_count=len(text.split()),
                     content_hash=content_hash(text), header="", header_source="none",
                     embedding=self.vectors[i].tolist()))
             yield (DocumentRecord(doc_id=doc_id, index_version=version, source_path=f"/bench/{doc_id}",
-                                  kind="code" if not file.endswith(".pdf") else "pdf", title=base.title,
-                                  file_hash=hashlib.sha256(f"{replica}/{file}".encode()).hexdigest(),
+                                  kind="pdf" if doc_id.endswith(".pdf") else "code", title=base.title,
+                                  file_hash=hashlib.sha256(doc_id.encode()).hexdigest(),
                                   n_chunks=len(chunks), updated_at=""), chunks)
             start = end
-
-    def key_index(self) -> dict[tuple[str, int], int]:
-        """(doc_id, ordinal) -> chunk index, as `documents` keys them."""
-        keys: dict[tuple[str, int], int] = {}
-        doc, ordinal = None, 0
-        for i in range(self.n):
-            d = f"r{self.replica[i]:03d}/{self.base[self.source[i]].file}"
-            ordinal = ordinal + 1 if d == doc else 0
-            doc = d
-            keys[(d, ordinal)] = i
-        return keys
 
     def queries(self, n: int) -> list[str]:
         """The evaluation set's questions, then distinct 4-12-word spans of base chunks."""

@@ -75,11 +75,7 @@ def real_workload(n: int, n_queries: int, seed: int) -> Workload:
 
     corpus = RealCorpus(n, seed)
     texts = corpus.queries(n_queries + 20_000)
-    index = corpus.key_index()
-    keys = [None] * n
-    for key, i in index.items():
-        keys[i] = key
-    return Workload("real", corpus.vectors, corpus.documents, keys, texts[:n_queries],
+    return Workload("real", corpus.vectors, corpus.documents, corpus.keys, texts[:n_queries],
                     embed_cached(texts[:n_queries]), texts[n_queries:], True)
 
 

@@ -6,8 +6,9 @@ opens the file per request spends more on that than on searching. `HeldConnectio
 open while requests keep coming and gives the file up:
 - when no request has used it for `idle_release_s`;
 - when another process asked for it: a process whose open fails on the lock touches `<file>.wanted`
-  (`signal_wanted`) before it retries; the holder lets its requests in flight finish, closes, and stays
-  out for `yield_s` so the other process gets in (its retries come every 50 ms to 2 s).
+  (`signal_wanted`) before it retries; the holder's watcher sees it within 50 ms, the requests in flight
+  finish, the connection closes, and the holder stays out for `yield_s` so the other process gets in
+  (its retries come every 50 ms to 2 s).
 """
 
 from __future__ import annotations
@@ -75,9 +76,7 @@ class HeldConnection:
             while True:
                 if self._closed:
                     raise RuntimeError("the store is closed")
-                if self._con is not None and not self._draining and self._asked():
-                    self._draining = True  # no new request joins; the last one out closes
-                if self._draining:
+                if self._draining:  # asked for: no new request joins; the last one out closes
                     self._cond.wait(0.05)
                     continue
                 if self._con is None:
@@ -86,7 +85,7 @@ class HeldConnection:
                         self._cond.wait(wait)
                         continue
                     self._con = self._open()  # retried while another process holds the file
-                    self._opened_ns = time.time_ns()  # after: this process's own signals while it waited don't count
+                    self._opened_ns = time.time_ns()  # after: our own signals while we waited don't count
                     self._start_watcher()
                 self._users += 1
                 break
@@ -99,7 +98,7 @@ class HeldConnection:
             with self._cond:
                 self._users -= 1
                 self._last_used = time.monotonic()
-                if self._users == 0 and (self._draining or self._asked()):
+                if self._users == 0 and self._draining:
                     self._close_locked()
 
     def _start_watcher(self) -> None:
@@ -108,7 +107,8 @@ class HeldConnection:
             self._watcher.start()
 
     def _watch(self) -> None:
-        """Closes the connection once idle or asked for; ends when it is closed."""
+        """Reads the marker (off the request path) and closes the connection once idle or asked for;
+        ends when it is closed."""
         period = min(0.05, self.idle_release_s / 4)
         while True:
             time.sleep(period)
@@ -116,7 +116,8 @@ class HeldConnection:
                 if self._con is None:
                     self._watcher = None
                     return
-                if self._users == 0 and (time.monotonic() - self._last_used >= self.idle_release_s or self._asked()):
+                self._draining = self._draining or self._asked()
+                if self._users == 0 and (self._draining or time.monotonic() - self._last_used >= self.idle_release_s):
                     self._close_locked()
 
     def close(self) -> None:

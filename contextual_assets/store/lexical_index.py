@@ -128,9 +128,7 @@ class LexicalIndex:
             return recent, [index_version, *terms]
         # One equality per term: each is an ART index lookup (an IN list may become a scan).
         lookups = " UNION ALL ".join(f"({_UNNEST_TERMS} WHERE t.term_key = ?)" for _ in terms)
-        return (recent + " UNION ALL SELECT e.doc_id, e.term, e.chunk_count, e.ordinals, e.tfs, e.lengths FROM "
-                f"({lookups}) e JOIN ctx_documents d ON d.doc_id = e.doc_id AND d.index_version = ? "
-                "AND d.lexical_compacted",
+        return (f"{recent} UNION ALL {_still_compacted(lookups)}",
                 [index_version, *terms, *[term_key(index_version, t) for t in terms], index_version])
 
     # ---- DuckDB: compaction ------------------------------------------------------------------
@@ -157,14 +155,13 @@ class LexicalIndex:
         since, one row per term in term order, and mark the version's documents compacted."""
         db, v = self._backend, index_version
         db.exec(cur, "CREATE OR REPLACE TEMP TABLE ctx_lexical_merge AS WITH merged AS ("
-                "SELECT e.term, e.doc_id, e.chunk_count, e.ordinals, e.tfs, e.lengths FROM "
-                f"({_UNNEST_TERMS} WHERE t.index_version = ?) e JOIN ctx_documents d ON d.doc_id = e.doc_id "
-                "AND d.index_version = ? AND d.lexical_compacted "
-                "UNION ALL SELECT term, doc_id, chunk_count, ordinals, tfs, lengths FROM ctx_lexical_postings "
+                f"{_still_compacted(f'{_UNNEST_TERMS} WHERE t.index_version = ?')} "
+                "UNION ALL SELECT doc_id, term, chunk_count, ordinals, tfs, lengths FROM ctx_lexical_postings "
                 "WHERE index_version = ?) "
                 "SELECT term, list(doc_id ORDER BY doc_id) AS doc_ids, "
-                "list(chunk_count ORDER BY doc_id) AS chunk_counts, list(ordinals ORDER BY doc_id) AS ordinals, list(tfs ORDER BY doc_id) AS tfs, "
-                "list(lengths ORDER BY doc_id) AS lengths FROM merged GROUP BY term", (v, v, v))
+                "list(chunk_count ORDER BY doc_id) AS chunk_counts, list(ordinals ORDER BY doc_id) AS ordinals, "
+                "list(tfs ORDER BY doc_id) AS tfs, list(lengths ORDER BY doc_id) AS lengths "
+                "FROM merged GROUP BY term", (v, v, v))
         db.exec(cur, "DELETE FROM ctx_lexical_terms WHERE index_version = ?", (v,))
         db.exec(cur, "INSERT INTO ctx_lexical_terms SELECT ? || chr(31) || term, ?, term, doc_ids, chunk_counts, "
                 "ordinals, tfs, lengths FROM ctx_lexical_merge ORDER BY term", (v, v))
@@ -177,6 +174,14 @@ class LexicalIndex:
 def term_key(index_version: str, term: str) -> str:
     """ctx_lexical_terms' lookup key (as `compact` writes it: the two joined by the unit separator)."""
     return f"{index_version}\x1f{term}"
+
+
+def _still_compacted(entries: str) -> str:
+    """Postings rows (doc_id, term, chunk_count, ordinals, tfs, lengths) of the compacted entries that
+    `entries` (over _UNNEST_TERMS) selects, of documents still as compacted; one parameter: the version."""
+    return ("SELECT e.doc_id, e.term, e.chunk_count, e.ordinals, e.tfs, e.lengths "
+            f"FROM ({entries}) e JOIN ctx_documents d ON d.doc_id = e.doc_id AND d.index_version = ? "
+            "AND d.lexical_compacted")
 
 
 # One row per compacted (term, document) entry of ctx_lexical_terms (DuckDB: unnest zips the lists).
