@@ -47,6 +47,13 @@ class Backend(ABC):
         """For a long-lived reader: keep a connection open across requests (DuckDB; a Postgres pool
         already does)."""
 
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """Keep a connection open for the reads and writes inside (an ingest run's many small
+        transactions), handed to other processes that ask for it; released at the end. A no-op
+        where connections are pooled (Postgres) or already held."""
+        yield
+
     # ---- statements --------------------------------------------------------------------------
     @abstractmethod
     def transaction(self) -> AbstractContextManager[Any]:

@@ -1,4 +1,5 @@
-"""A long-lived reader's DuckDB connection: kept open across requests, handed to other processes on demand.
+"""A held DuckDB connection: kept open across requests (a search service) or an ingest step's many small
+transactions, handed to other processes on demand.
 
 DuckDB lets one process open a file at a time. Opening it costs ~15 ms and starts from a cold buffer pool
 (a request re-reads and decompresses what the previous one had just read), so a search service that
@@ -8,7 +9,7 @@ open while requests keep coming and gives the file up:
 - when another process asked for it: a process whose open fails on the lock touches `<file>.wanted`
   (`signal_wanted`) before it retries; the holder's watcher sees it within 50 ms, the requests in flight
   finish, the connection closes, and the holder stays out for `yield_s` so the other process gets in
-  (its retries come every 50 ms to 2 s).
+  (its retries come at most 0.2 s apart).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 DuckDB lets one process open a file at a time, so connections are short-lived (opened per
 operation) and a lock held by another process is retried for a bounded time. A long-lived reader
-(the search service) holds one connection across requests instead (duckdb_held.py).
+(the search service) and an ingest step hold one connection across operations instead, and hand the
+file over when another process asks for it (duckdb_held.py).
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def _being_created(exc: BaseException, path: Path) -> bool:
 
 _retry_on_lock = retry(
     retry=retry_if_exception(_is_lock_conflict),
-    wait=wait_random_exponential(multiplier=0.05, max=2.0),
+    # At most 0.2 s apart: a holder that was asked stays out for 0.25 s (duckdb_held.py), and a
+    # waiter must retry inside that window.
+    wait=wait_random_exponential(multiplier=0.05, max=0.2),
     stop=stop_after_delay(120),
     reraise=True,
 )
@@ -123,6 +126,11 @@ class DuckDBBackend(Backend):
 
     @contextmanager
     def _locked_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        held = self._held
+        if held is not None:
+            with held.cursor() as cur:  # its own transaction on the held connection's database
+                yield cur
+            return
         con = self._open()
         try:
             yield con
@@ -130,9 +138,23 @@ class DuckDBBackend(Backend):
             con.close()
 
     def hold_connection(self, idle_release_s: float = 0.5) -> None:
-        """Keep one connection open across reads (a long-lived reader); see duckdb_held.py."""
+        """Keep one connection open across reads and writes (a long-lived reader); see duckdb_held.py."""
         if self._held is None:
             self._held = HeldConnection(self._open, self.path, idle_release_s=idle_release_s)
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """One held connection for everything inside: an open costs ~20 ms, as much as a small
+        transaction's work, and an ingest run makes several per document (header cache, commit)."""
+        if self._held is not None:
+            yield
+            return
+        held = self._held = HeldConnection(self._open, self.path)
+        try:
+            yield
+        finally:
+            self._held = None
+            held.close()
 
     def close(self) -> None:
         if self._held is not None:
@@ -145,7 +167,7 @@ class DuckDBBackend(Backend):
         if getattr(self._reader, "con", None) is not None:
             yield
             return
-        with self._connection_for_reads() as con:
+        with self._locked_connection() as con:
             self._reader.con = con
             try:
                 yield
@@ -153,21 +175,12 @@ class DuckDBBackend(Backend):
                 self._reader.con = None
 
     @contextmanager
-    def _connection_for_reads(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        if self._held is not None:
-            with self._held.cursor() as cur:
-                yield cur
-        else:
-            with self._locked_connection() as con:
-                yield con
-
-    @contextmanager
     def _read_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
         con = getattr(self._reader, "con", None)
         if con is not None:
             yield con.cursor()
         else:
-            with self._connection_for_reads() as con:
+            with self._locked_connection() as con:
                 yield con
 
     @_retry_on_lock

@@ -1,6 +1,7 @@
 """A long-lived reader (the search service) holds its DuckDB connection across requests, and gives the
 file to another process that asks for it: a writer in another process commits while the reader keeps
-answering, and the reader's next request sees the commit."""
+answering, and the reader's next request sees the commit. Two ingest steps that each hold the file
+(`Backend.holding`) while they write hand it to each other and both finish."""
 
 from __future__ import annotations
 
@@ -21,6 +22,27 @@ from tests.integration.test_store_contract import put
 store = open_store(None, sys.argv[1])
 put(store, "harbour.txt", ["the harbour tariff is paid in ducats"])
 store.close()
+"""
+# One ingest step's writes: many small transactions (documents, header cache rows) inside `holding()`.
+HOLDING_WRITER = """
+import sys, time
+from pathlib import Path
+from contextual_assets.store import open_store
+from tests.integration.test_store_contract import put
+path, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+store = open_store(None, path)
+Path(path + "." + name + ".ready").touch()
+while len(list(Path(path).parent.glob("*.ready"))) < 2:  # both start writing together
+    time.sleep(0.01)
+done = []
+with store.backend.holding():
+    for i in range(n):
+        put(store, f"{name}-{i}.txt", [f"{name} clause {i} on demurrage"])
+        store.header_cache.cache_headers([(f"{name}-{i}", f"header {i}", "m")])
+        assert store.header_cache.cached_headers([f"{name}-{i}"]) == {f"{name}-{i}": f"header {i}"}
+        assert store.backend._held.is_open  # one open serves the step's transactions
+        done.append(time.time())
+print("done", done[0], done[-1], flush=True)
 """
 
 
@@ -85,4 +107,40 @@ def test_an_idle_held_connection_is_released(tmp_path):
         assert store.search.lexical("mooring", "iv-a", 1)
     assert store.backend._held.is_open
     wait_until(lambda: not store.backend._held.is_open)
+    store.close()
+
+
+def test_two_holding_writers_hand_the_file_to_each_other(tmp_path):
+    path = tmp_path / "index.duckdb"
+    open_store(None, path).close()  # migrated once, before both start
+    n = 40
+    writers = [subprocess.Popen([sys.executable, "-c", HOLDING_WRITER, str(path), name, str(n)], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("ebb", "flood")]
+    spans = []
+    for writer in writers:
+        out, err = writer.communicate(timeout=300)
+        assert writer.returncode == 0 and "done" in out, err[-2000:]
+        spans.append([float(x) for x in out.split()[1:3]])
+    # Interleaved: each committed a document before the other's last one (a holder that kept the file
+    # until its step ended would make the other wait for all of it).
+    assert max(first for first, _ in spans) < min(last for _, last in spans), spans
+    store = open_store(None, path)  # both let go: this process gets the file at once
+    assert sorted(d.doc_id for d in store.corpus.documents("iv-a")) == sorted(
+        f"{name}-{i}.txt" for name in ("ebb", "flood") for i in range(n))
+    assert len(store.header_cache.cached_headers([f"{name}-{i}" for name in ("ebb", "flood") for i in range(n)])) == 2 * n
+    store.close()
+
+
+def test_holding_releases_the_file_at_its_end(tmp_path):
+    path = tmp_path / "index.duckdb"
+    store = open_store(None, path)
+    with store.backend.holding():
+        put(store, "mooring.txt", ["the mooring fee is paid in florins"])
+        held = store.backend._held
+        assert held.is_open
+    assert store.backend._held is None and not held.is_open
+    writer = subprocess.run([sys.executable, "-c", WRITER, str(path)], cwd=REPO, capture_output=True, text=True,
+                            timeout=300)
+    assert writer.returncode == 0, writer.stderr[-2000:]
+    assert {d.doc_id for d in store.corpus.documents("iv-a")} == {"mooring.txt", "harbour.txt"}
     store.close()

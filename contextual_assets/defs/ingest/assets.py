@@ -25,6 +25,7 @@ from contextual_assets.ingest.pipeline import PipelineSettings, StageEvent
 from contextual_assets.ingest.run_plan import CURRENT, RunPlan, plan_run, run_pipelines, uncommitted
 from contextual_assets.names import CHUNK_EMBEDDINGS, CHUNK_HEADERS, INGEST_GROUP, PARSED_CHUNKS
 from contextual_assets.settings import PlatformSettings, active_settings
+from contextual_assets.store import ChunkStore
 
 from .metadata import HeaderMetadata
 from .partitions import documents_partitions
@@ -87,26 +88,34 @@ def build_ingest_assets(partitions_per_run: int, retries: int = PlatformSettings
         gate: EvalGateResource,
     ):
         chunk_store = store.open()
-        try:
-            # While production differs from what the settings build, it gets every new or changed
-            # document too, as long as its recorded recipe still builds it exactly.
-            plan = plan_run(chunk_store, headers, embedder, parsing, gate.alias)
-        except ContextualError as exc:
-            raise dg.Failure(description=f"header source: {exc}", allow_retries=False) from None
-        keys = documents_to_do(context, plan, chunk_store)
-        describe = HeaderMetadata(plan, sample_metrics=headers.sample_metrics)
-        runs = run_pipelines(plan, keys, chunk_store, parsing, pipeline_settings(config, describe.fleet_capacity),
-                             header_metadata=describe)
-        started = time.monotonic()
-        outcome = RunOutcome()
-        try:
-            yield from dagster_events(runs, plan, outcome, context.log)
-        finally:
-            runs.cancel()
-            describe.stop()
-        report(context, plan, keys, outcome, time.monotonic() - started)
+        with chunk_store.backend.holding():  # one DuckDB open for the step, not several per document
+            yield from ingest_step(context, config, chunk_store, parsing, headers, embedder, gate)
 
     return ingest_document_partitions
+
+
+def ingest_step(context: dg.AssetExecutionContext, config: IngestConfig, chunk_store: ChunkStore,
+                parsing: ParsingResource, headers: HeaderSourceResource, embedder: EmbedderResource,
+                gate: EvalGateResource) -> Iterator:
+    """The step's body: plan, run the pipelines, turn their events into Dagster events, report."""
+    try:
+        # While production differs from what the settings build, it gets every new or changed
+        # document too, as long as its recorded recipe still builds it exactly.
+        plan = plan_run(chunk_store, headers, embedder, parsing, gate.alias)
+    except ContextualError as exc:
+        raise dg.Failure(description=f"header source: {exc}", allow_retries=False) from None
+    keys = documents_to_do(context, plan, chunk_store)
+    describe = HeaderMetadata(plan, sample_metrics=headers.sample_metrics)
+    runs = run_pipelines(plan, keys, chunk_store, parsing, pipeline_settings(config, describe.fleet_capacity),
+                         header_metadata=describe)
+    started = time.monotonic()
+    outcome = RunOutcome()
+    try:
+        yield from dagster_events(runs, plan, outcome, context.log)
+    finally:
+        runs.cancel()
+        describe.stop()
+    report(context, plan, keys, outcome, time.monotonic() - started)
 
 
 def documents_to_do(context: dg.AssetExecutionContext, plan: RunPlan, chunk_store) -> list[str]:
