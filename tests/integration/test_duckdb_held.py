@@ -127,7 +127,8 @@ def test_two_holding_writers_hand_the_file_to_each_other(tmp_path):
     store = open_store(None, path)  # both let go: this process gets the file at once
     assert sorted(d.doc_id for d in store.corpus.documents("iv-a")) == sorted(
         f"{name}-{i}.txt" for name in ("ebb", "flood") for i in range(n))
-    assert len(store.header_cache.cached_headers([f"{name}-{i}" for name in ("ebb", "flood") for i in range(n)])) == 2 * n
+    cache_keys = [f"{name}-{i}" for name in ("ebb", "flood") for i in range(n)]
+    assert len(store.header_cache.cached_headers(cache_keys)) == 2 * n
     store.close()
 
 
