@@ -49,6 +49,7 @@ class HeldConnection:
         self._closed = False
         self._cond = threading.Condition()
         self._watcher: threading.Thread | None = None
+        self._depth = threading.local()  # cursors this thread holds now
 
     @property
     def is_open(self) -> bool:
@@ -72,12 +73,15 @@ class HeldConnection:
 
     @contextmanager
     def cursor(self) -> Iterator[Any]:
-        """A cursor on the held connection (opened if needed) for one request's reads."""
+        """A cursor on the held connection (opened if needed) for one request's reads, or one transaction."""
+        nested = getattr(self._depth, "n", 0) > 0
         with self._cond:
             while True:
                 if self._closed:
                     raise RuntimeError("the store is closed")
-                if self._draining:  # asked for: no new request joins; the last one out closes
+                if self._draining and not nested:  # asked for: no new request joins; the last one out closes
+                    # (A thread that already holds a cursor takes another at once: waiting for the drain
+                    # would wait for itself.)
                     self._cond.wait(0.05)
                     continue
                 if self._con is None:
@@ -91,11 +95,13 @@ class HeldConnection:
                 self._users += 1
                 break
             con = self._con
+        self._depth.n = getattr(self._depth, "n", 0) + 1
         cur = con.cursor()
         try:
             yield cur
         finally:
             cur.close()
+            self._depth.n -= 1
             with self._cond:
                 self._users -= 1
                 self._last_used = time.monotonic()

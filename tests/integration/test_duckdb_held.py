@@ -145,3 +145,29 @@ def test_holding_releases_the_file_at_its_end(tmp_path):
     assert writer.returncode == 0, writer.stderr[-2000:]
     assert {d.doc_id for d in store.corpus.documents("iv-a")} == {"mooring.txt", "harbour.txt"}
     store.close()
+
+
+def test_a_thread_holding_a_cursor_gets_another_while_the_file_is_asked_for(tmp_path):
+    """A transaction inside a request's reads (e.g. indexing a pre-migration document during a search)
+    takes a second cursor on the same thread; a drain that starts in between must not wait for it."""
+    path = tmp_path / "index.duckdb"
+    store = open_store(None, path)
+    put(store, "mooring.txt", ["the mooring fee is paid in florins"])
+    store.backend.hold_connection(idle_release_s=3600)
+    held = store.backend._held
+    answers = []
+
+    def request() -> None:
+        with store.reading():
+            held._draining = True  # as the watcher sets it when another process asks
+            with store.backend.transaction() as cur:  # would wait forever for this thread's own reads
+                cur.execute("SELECT 1")
+            answers.append(store.search.lexical("mooring florins", "iv-a", 1)[0].doc_id)
+
+    thread = threading.Thread(target=request, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "a nested cursor waited for its own thread's drain"
+    assert answers == ["mooring.txt"]
+    wait_until(lambda: not held.is_open)  # the last cursor out closed it, as asked
+    store.close()
