@@ -1256,16 +1256,22 @@ def summarize(rounds: list[dict]) -> dict:
     last = rounds[-1].get("platform", {})
     chunks = next((r[m]["chunks"] for r in rounds for m in r if r[m].get("chunks") is not None), None)
     summary.update({"replica_share": last.get("replica_share"), "capacity_share": last.get("capacity_share"),
-                    # The platform's pool and the floor's; a peer's own draws are in its round entry.
-                    "share_max_relative_error": max((r[m]["share_max_relative_error"] for r in rounds for m in r
-                                                     if "/" not in m),
-                                                    default=None),
+                    # The platform's (the headline's), and the floor's apart: every request at once through
+                    # the pool is a diagnostic; a peer's own draws are in its round entry.
+                    "share_max_relative_error": max_share_error(rounds, "platform"),
+                    "floor_share_max_relative_error": max_share_error(rounds, "floor"),
                     "chunks": last.get("chunks", chunks), "runs_per_backfill": last.get("runs"),
                     "timeline": last.get("timeline")})
     # The stream's and the shared fleet's own figures, from the last round.
     summary.update({k: last[k] for k in WORKLOAD_FIGURES if k in last})
     summary["peers"] = peer_rows(rounds)
     return summary
+
+
+def max_share_error(rounds: list[dict], mode: str) -> float | None:
+    """The largest relative gap between a replica's share of requests and its capacity share, over the
+    rounds of one mode."""
+    return max((r[mode]["share_max_relative_error"] for r in rounds if mode in r), default=None)
 
 
 WORKLOAD_FIGURES = ("run_sizes", "run_boundaries", "boundary_gap_s", "boundary_idle_s", "peak_open_requests",
