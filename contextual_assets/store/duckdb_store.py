@@ -138,18 +138,20 @@ class DuckDBBackend(Backend):
             con.close()
 
     def hold_connection(self, idle_release_s: float = 0.5) -> None:
-        """Keep one connection open across reads and writes (a long-lived reader); see duckdb_held.py."""
+        """Keep one connection open across reads and writes from now on (a long-lived reader); see
+        duckdb_held.py."""
         if self._held is None:
             self._held = HeldConnection(self._open, self.path, idle_release_s=idle_release_s)
 
     @contextmanager
     def holding(self) -> Iterator[None]:
-        """One held connection for everything inside: an open costs ~20 ms, as much as a small
-        transaction's work, and an ingest run makes several per document (header cache, commit)."""
+        """`hold_connection` for everything inside, released at the end: an open costs ~20 ms, more than
+        a small transaction's work, and an ingest run makes several per document (header cache, commit)."""
         if self._held is not None:
             yield
             return
-        held = self._held = HeldConnection(self._open, self.path)
+        self.hold_connection()
+        held = self._held
         try:
             yield
         finally:
