@@ -4,6 +4,7 @@ optional rerank stage. `ctx search` runs the same code in-process."""
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -19,11 +20,14 @@ from contextual_assets.platform import Platform
 from contextual_assets.rerank import Reranker, RerankError
 from contextual_assets.settings import PlatformSettings
 from contextual_assets.store import ChunkStore, open_store
+from contextual_assets.store.lexical_snapshot import LexicalSnapshot
 
 from .api import Hit, SearchRequest, SearchResponse, VersionInfo, VersionsResponse
 from .vectors import VersionVectors
+from .version_cache import VersionCache
 
 FALLBACK_REFRESH_S = 30.0
+log = logging.getLogger(__name__)
 
 
 class SearchError(Exception):
@@ -38,7 +42,8 @@ class SearchService:
     def __init__(self, store: ChunkStore, embedders: EmbedderCatalog, *, weights: FusionWeights | None = None,
                  reranker: Reranker | None = None, rerank_candidates: int = 50, max_k: int = 100,
                  alias: str = PRODUCTION_ALIAS, fallback_version: Callable[[], str | None] | None = None,
-                 alias_refresh_s: float = 1.0, vectors_in_memory: bool = False):
+                 alias_refresh_s: float = 1.0, vectors_in_memory: bool = False,
+                 lexical_in_memory_max_chunks: int = 0):
         self.store, self.embedders = store, embedders
         self.weights = weights or FusionWeights()
         self.reranker, self.rerank_candidates, self.max_k = reranker, rerank_candidates, max_k
@@ -52,6 +57,10 @@ class SearchService:
         embedding_matrix = store.search.embedding_matrix
         self.vectors = (VersionVectors(embedding_matrix, store.corpus.revision)
                         if vectors_in_memory and embedding_matrix is not None else None)
+        self.lexical_in_memory_max_chunks = lexical_in_memory_max_chunks
+        self.postings: VersionCache[LexicalSnapshot] | None = (
+            VersionCache(self._load_postings, store.corpus.revision, "postings") if lexical_in_memory_max_chunks > 0
+            else None)
 
     # ---- which version -----------------------------------------------------------------------
     def production(self) -> str | None:
@@ -156,13 +165,13 @@ class SearchService:
         store = self.store
         with store.reading():
             if mode == "lexical":
-                return store.search.hits(version, store.search.lexical_top(query, version, depth, where))
+                return store.search.hits(version, self._lexical(query, version, depth, where))
             vector = self.embed_query(version, query)
             if mode == "dense":
                 return store.search.hits(version, self._dense(vector, version, depth, where))
             return store.search.hits(version, store.search.hybrid_top(query, vector, version, depth,
                                                                       weights=self.weights, dense_top=self._dense,
-                                                                      where=where))
+                                                                      where=where, lexical_top=self._lexical))
 
     def _dense(self, vector: list[float], version: str, n: int,
                where: ChunkFilter | None = None) -> list[tuple[str, int, float]]:
@@ -173,6 +182,24 @@ class SearchService:
             if top is not None:
                 return top
         return self.store.search.dense_top(vector, version, n, where)
+
+    def _lexical(self, query: str, version: str, n: int,
+                 where: ChunkFilter | None = None) -> list[tuple[str, int, float]]:
+        # As for dense: a filtered query is ranked in the store (the postings in memory hold no filter
+        # columns), and so is every query until the version's postings are loaded and current.
+        if self.postings is not None and where is None:
+            postings = self.postings.current(version)
+            if postings is not None:
+                return postings.top(query, n)
+        return self.store.search.lexical_top(query, version, n, where)
+
+    def _load_postings(self, version: str) -> LexicalSnapshot | None:
+        chunks = self.store.corpus.count_chunks(version)
+        if chunks > self.lexical_in_memory_max_chunks:
+            log.info("index version %s has %d chunks, over CTX_SERVE_LEXICAL_MAX_CHUNKS=%d: its BM25 ranking "
+                     "stays in the database", version, chunks, self.lexical_in_memory_max_chunks)
+            return None
+        return self.store.search.lexical_snapshot(version)
 
     # ---- versions and health -----------------------------------------------------------------
     def versions(self) -> VersionsResponse:
@@ -197,7 +224,8 @@ class SearchService:
 def service_from_settings(settings: PlatformSettings, *, long_lived: bool = False) -> SearchService:
     """The service the settings describe. Without a production alias it serves the version the current
     settings build (as `ctx search` does), computed only when needed (it asks the header fleet). A
-    long-lived one (`ctx serve`) keeps vectors in memory and its store connection open between requests."""
+    long-lived one (`ctx serve`) keeps vectors and BM25 postings in memory and its store connection open
+    between requests."""
     platform = Platform(settings)
 
     store = open_store(settings.database_url or None, settings.duckdb_path, pool_size=8)
@@ -209,7 +237,8 @@ def service_from_settings(settings: PlatformSettings, *, long_lived: bool = Fals
     reranker = platform.reranker.get()
     return SearchService(store, embedders, weights=FusionWeights.model_validate_json(settings.fusion_weights_json),
                          reranker=reranker, rerank_candidates=settings.rerank_candidates, max_k=settings.serve_max_k,
-                         fallback_version=platform.current_index_version, vectors_in_memory=long_lived)
+                         fallback_version=platform.current_index_version, vectors_in_memory=long_lived,
+                         lexical_in_memory_max_chunks=settings.serve_lexical_max_chunks if long_lived else 0)
 
 
 def _hit(rank: int, h: SearchHit) -> Hit:

@@ -1,14 +1,12 @@
 """In-memory dense vectors for a long-lived reader of an embedded (DuckDB) store.
 
 A `ctx search` process computes cosine similarity in SQL; the service, answering many queries, keeps
-each version's matrix in memory and reloads it in the background when the version changes. Until the
-reload lands, queries fall back to SQL, so an answer never comes from vectors older than the store.
+each version's matrix in memory (version_cache.py: reloaded in the background when the version changes,
+SQL until then).
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -16,15 +14,16 @@ import numpy as np
 
 from contextual_assets.batching import MicroBatcher
 
+from .version_cache import VersionCache
+
 
 @dataclass(frozen=True)
-class _Loaded:
-    revision: tuple
+class _Matrix:
     keys: list[tuple[str, int]]
     matrix: np.ndarray
 
 
-def _batch_top(items: list[tuple[_Loaded, np.ndarray, int]]) -> list[list[tuple[str, int, float]]]:
+def _batch_top(items: list[tuple[_Matrix, np.ndarray, int]]) -> list[list[tuple[str, int, float]]]:
     """Top n of each query; queries against the same matrix share one matrix product."""
     out: list[list[tuple[str, int, float]]] = [[] for _ in items]
     by_matrix: dict[int, list[int]] = {}
@@ -46,57 +45,25 @@ def _batch_top(items: list[tuple[_Loaded, np.ndarray, int]]) -> list[list[tuple[
 
 
 class VersionVectors:
-    """Matrices per index version, keyed by the store's revision of that version; a replaced matrix is
-    dropped (the one batcher holds none between batches)."""
+    """Matrices per index version (a `VersionCache`); a replaced matrix is dropped (the one batcher holds
+    none between batches)."""
 
     def __init__(self, load: Callable[[str], tuple[list[tuple[str, int]], np.ndarray]],
                  revision: Callable[[str], tuple], check_every_s: float = 1.0, max_versions: int = 3):
-        self._load, self._revision, self._check_every_s = load, revision, check_every_s
-        self.max_versions = max_versions  # versions held in memory; the least recently searched is dropped
-        self._loaded: dict[str, _Loaded] = {}
-        self._used: dict[str, float] = {}
-        self._checked: dict[str, tuple[float, tuple]] = {}
-        self._loading: set[str] = set()
-        self._lock = threading.Lock()
+        self._matrices: VersionCache[_Matrix] = VersionCache(lambda version: _Matrix(*load(version)), revision,
+                                                             "vectors", check_every_s, max_versions)
         # Concurrent queries share one read of the matrix: a matrix product (see batching.py).
         self._batcher: MicroBatcher = MicroBatcher(_batch_top, name="dense-top")
 
-    def _current_revision(self, version: str) -> tuple:
-        now = time.monotonic()
-        with self._lock:
-            seen = self._checked.get(version)
-            if seen is not None and now - seen[0] < self._check_every_s:
-                return seen[1]
-        revision = self._revision(version)
-        with self._lock:
-            self._checked[version] = (now, revision)
-        return revision
+    @property
+    def versions(self) -> list[str]:
+        return self._matrices.versions
 
     def top(self, version: str, vector: Sequence[float], n: int) -> list[tuple[str, int, float]] | None:
         """(doc_id, ordinal, cosine) of the n nearest, or None while this version's matrix is loading."""
-        revision = self._current_revision(version)
-        with self._lock:
-            self._used[version] = time.monotonic()
-            loaded = self._loaded.get(version)
-            fresh = loaded is not None and loaded.revision == revision
-            if not fresh and version not in self._loading:
-                self._loading.add(version)
-                threading.Thread(target=self._reload, args=(version, revision), daemon=True,
-                                 name=f"vectors-{version}").start()
-        if not fresh or loaded is None:
+        loaded = self._matrices.current(version)
+        if loaded is None:
             return None
         if loaded.matrix.shape[0] and loaded.matrix.shape[1] != len(vector):
             return None  # let the store raise its dimension-mismatch error
         return self._batcher.submit((loaded, np.asarray(vector, dtype=np.float32), n))
-
-    def _reload(self, version: str, revision: tuple) -> None:
-        try:
-            keys, matrix = self._load(version)
-            with self._lock:
-                self._loaded[version] = _Loaded(revision, keys, matrix)  # the old matrix is freed
-                while len(self._loaded) > self.max_versions:
-                    oldest = min((v for v in self._loaded if v != version), key=lambda v: self._used.get(v, 0.0))
-                    del self._loaded[oldest]
-        finally:
-            with self._lock:
-                self._loading.discard(version)

@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..models import ChunkFilter, EmbeddedChunk
     from .lexical_index import Posting
     from .search import EmbeddingMatrix
@@ -113,6 +115,11 @@ class Backend(ABC):
     @abstractmethod
     def embedding_rows(self, index_version: str) -> list[tuple[str, int, list[float] | None]]:
         """(doc_id, ordinal, embedding) of every chunk of one index version."""
+
+    @abstractmethod
+    def read_columns(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[np.ndarray]]:
+        """The columns (numpy arrays) of several statements read in one snapshot of the database: bulk
+        reads for a long-lived reader's in-memory copies, without a Python tuple per row."""
 
     def embedding_matrix_reader(self) -> EmbeddingMatrix | None:
         """A reader of a version's whole normalised matrix, when this engine offers one (DuckDB)."""

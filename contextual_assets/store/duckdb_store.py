@@ -190,6 +190,19 @@ class DuckDBBackend(Backend):
         with self._read_connection() as con:
             return con.execute(sql, list(params)).fetchall()
 
+    @_retry_on_lock
+    def read_columns(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[np.ndarray]]:
+        with self._locked_connection() as con:
+            con.execute("BEGIN TRANSACTION")  # one snapshot for all of them
+            try:
+                out = []
+                for sql, params in statements:
+                    columns = con.execute(sql, list(params)).fetchnumpy()
+                    out.append([np.asarray(c) for c in columns.values()])
+                return out
+            finally:
+                con.execute("ROLLBACK")
+
     def insert_chunks(self, cursor: Any, chunks: list[EmbeddedChunk], index_version: str) -> None:
         if not chunks:
             return

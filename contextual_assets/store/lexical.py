@@ -21,6 +21,9 @@ _STOPWORDS = frozenset(
 # BM25 parameters (bm25s's and Lucene's defaults).
 BM25_K1 = 1.5
 BM25_B = 0.75
+# Chunks rank by round(score * RANK_SCALE), then by key: a sum's last bits depend on the order it was
+# added in (a hash aggregate's, numpy's), so equal scores would otherwise rank by that noise.
+RANK_SCALE = 1e9
 
 
 def tokenize(text: str) -> list[str]:

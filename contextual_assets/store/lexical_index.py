@@ -23,15 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..models import ChunkFilter, HeaderedChunk
-from .lexical import (
-    BM25_B,
-    BM25_K1,
-    lexical_text,
-    term_counts,
-    tokenize,
-)
 from .backend import Backend
 from .filters import filter_sql
+from .lexical import BM25_B, BM25_K1, RANK_SCALE, lexical_text, term_counts, tokenize
+from .lexical_snapshot import LexicalSnapshot
 
 
 @dataclass(frozen=True)
@@ -109,27 +104,56 @@ class LexicalIndex:
             " weights AS (SELECT df.term, q.times * ln(1 + (stats.n - df.chunk_count + 0.5) / "
             "      (df.chunk_count + 0.5)) AS weight FROM df JOIN q ON df.term = q.term, stats), "
             " postings AS (SELECT m.doc_id, m.term, unnest(m.ordinals) AS ordinal, unnest(m.tfs) AS tf, "
-            "      unnest(m.lengths) AS dl FROM matched m) "
-            "SELECT p.doc_id, p.ordinal, sum(w.weight * p.tf / (p.tf + ? * (1 - ? + ? * p.dl / stats.avgdl))) AS score "
-            f"FROM postings p JOIN weights w ON p.term = w.term, stats{chunk_exists}"
-            "GROUP BY p.doc_id, p.ordinal ORDER BY score DESC, p.doc_id, p.ordinal LIMIT ?",
+            "      unnest(m.lengths) AS dl FROM matched m), "
+            " scored AS (SELECT p.doc_id, p.ordinal, "
+            "      sum(w.weight * p.tf / (p.tf + ? * (1 - ? + ? * p.dl / stats.avgdl))) AS score "
+            f"    FROM postings p JOIN weights w ON p.term = w.term, stats{chunk_exists}GROUP BY p.doc_id, p.ordinal) "
+            "SELECT doc_id, ordinal, score FROM scored ORDER BY round(score * ?) DESC, doc_id, ordinal LIMIT ?",
             [index_version, *[v for item in counts.items() for v in item], *current_params, *document_params,
-             BM25_K1, BM25_B, BM25_B, *([index_version, *chunk_params] if by_chunk else []), int(n)])
+             BM25_K1, BM25_B, BM25_B, *([index_version, *chunk_params] if by_chunk else []), RANK_SCALE, int(n)])
         return [(str(d), int(o), float(s)) for d, o, s in rows if s > 0]
 
-    def _current_postings(self, index_version: str, terms: list[str]) -> tuple[str, list]:
-        """SQL for the current postings of `terms` in a version (doc_id, term, chunk_count, ordinals, tfs,
-        lengths), and its parameters: on Postgres the rows its index finds; on DuckDB the terms' compacted
-        rows (entries of documents still as compacted) and what was written since."""
-        marks = ", ".join("?" for _ in terms)
+    def snapshot(self, index_version: str) -> LexicalSnapshot:
+        """The version's current postings and statistics in memory (lexical_snapshot.py), read in one
+        snapshot of the store: chunks numbered in (doc_id, ordinal) order and terms in term order, as the
+        database sorts them, so ties rank as in `top`."""
+        current, params = self._current_postings(index_version, None)
+        flat = ("SELECT c.term, c.doc_id, unnest(c.ordinals) AS ordinal, unnest(c.tfs) AS tf, "
+                f"unnest(c.lengths) AS dl FROM ({current}) c")
+        (stats, keys, terms, postings) = self._backend.read_columns([
+            ("SELECT CAST(sum(n_chunks) AS DOUBLE PRECISION), CAST(sum(lexical_tokens) AS DOUBLE PRECISION) / "
+             "greatest(sum(n_chunks), 1) FROM ctx_documents WHERE index_version = ? AND lexical_tokens IS NOT NULL",
+             [index_version]),
+            (f"SELECT f.doc_id, f.ordinal, max(f.dl) AS dl FROM ({flat}) f GROUP BY f.doc_id, f.ordinal "
+             "ORDER BY f.doc_id, f.ordinal", params),
+            (f"SELECT f.term FROM ({flat}) f GROUP BY f.term ORDER BY f.term", params),
+            ("SELECT dense_rank() OVER (ORDER BY f.term) - 1 AS term_number, "
+             "dense_rank() OVER (ORDER BY f.doc_id, f.ordinal) - 1 AS chunk_number, f.tf "
+             f"FROM ({flat}) f ORDER BY term_number, chunk_number", params),
+        ])
+        n, avgdl = (float(v[0]) if len(v) and v[0] is not None else 0.0 for v in stats)
+        return LexicalSnapshot.from_postings(
+            [str(t) for t in terms[0]], postings[0], postings[1], postings[2],
+            [(str(d), int(o)) for d, o in zip(keys[0], keys[1])], keys[2], n, avgdl)
+
+    def _current_postings(self, index_version: str, terms: list[str] | None) -> tuple[str, list]:
+        """SQL for the current postings of `terms` (None: all) in a version (doc_id, term, chunk_count,
+        ordinals, tfs, lengths), and its parameters: on Postgres the rows its index finds; on DuckDB the
+        terms' compacted rows (entries of documents still as compacted) and what was written since."""
         recent = ("SELECT p.doc_id, p.term, p.chunk_count, p.ordinals, p.tfs, p.lengths FROM ctx_lexical_postings p "
-                  f"WHERE p.index_version = ? AND p.term IN ({marks})")
+                  "WHERE p.index_version = ?")
+        if terms is not None:
+            recent += f" AND p.term IN ({', '.join('?' for _ in terms)})"
+        recent_params = [index_version, *(terms or [])]
         if not self._backend.compacts_lexical:
-            return recent, [index_version, *terms]
+            return recent, recent_params
+        if terms is None:
+            return (f"{recent} UNION ALL {_still_compacted(f'{_UNNEST_TERMS} WHERE t.index_version = ?')}",
+                    [*recent_params, index_version, index_version])
         # One equality per term: each is an ART index lookup (an IN list may become a scan).
         lookups = " UNION ALL ".join(f"({_UNNEST_TERMS} WHERE t.term_key = ?)" for _ in terms)
         return (f"{recent} UNION ALL {_still_compacted(lookups)}",
-                [index_version, *terms, *[term_key(index_version, t) for t in terms], index_version])
+                [*recent_params, *[term_key(index_version, t) for t in terms], index_version])
 
     # ---- DuckDB: compaction ------------------------------------------------------------------
     def maybe_compact(self, cur: Any, index_version: str) -> bool:
@@ -154,14 +178,12 @@ class LexicalIndex:
         """Rewrite a version's compacted rows from their still-current entries and the postings written
         since, one row per term in term order, and mark the version's documents compacted."""
         db, v = self._backend, index_version
-        db.exec(cur, "CREATE OR REPLACE TEMP TABLE ctx_lexical_merge AS WITH merged AS ("
-                f"{_still_compacted(f'{_UNNEST_TERMS} WHERE t.index_version = ?')} "
-                "UNION ALL SELECT doc_id, term, chunk_count, ordinals, tfs, lengths FROM ctx_lexical_postings "
-                "WHERE index_version = ?) "
+        current, params = self._current_postings(v, None)
+        db.exec(cur, f"CREATE OR REPLACE TEMP TABLE ctx_lexical_merge AS WITH merged AS ({current}) "
                 "SELECT term, list(doc_id ORDER BY doc_id) AS doc_ids, "
                 "list(chunk_count ORDER BY doc_id) AS chunk_counts, list(ordinals ORDER BY doc_id) AS ordinals, "
                 "list(tfs ORDER BY doc_id) AS tfs, list(lengths ORDER BY doc_id) AS lengths "
-                "FROM merged GROUP BY term", (v, v, v))
+                "FROM merged GROUP BY term", params)
         db.exec(cur, "DELETE FROM ctx_lexical_terms WHERE index_version = ?", (v,))
         db.exec(cur, "INSERT INTO ctx_lexical_terms SELECT ? || chr(31) || term, ?, term, doc_ids, chunk_counts, "
                 "ordinals, tfs, lengths FROM ctx_lexical_merge ORDER BY term", (v, v))

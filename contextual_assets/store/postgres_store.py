@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 from psycopg_pool import ConnectionPool
 
 from ..errors import StoreError, StoreUnavailable
@@ -97,6 +98,22 @@ class PostgresBackend(Backend):
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with self._pool.connection() as conn:
             return conn.execute(self.sql(sql), list(params)).fetchall()
+
+    def read_columns(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[np.ndarray]]:
+        out = []
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # one snapshot for all of them
+            for number, (sql, params) in enumerate(statements):
+                # A server-side cursor, read in batches: no list of every row at once.
+                with conn.cursor(name=f"ctx_read_columns_{number}") as cur:
+                    cur.execute(self.sql(sql), list(params))
+                    batches: list[list[np.ndarray]] = []
+                    while rows := cur.fetchmany(100_000):
+                        batches.append([np.asarray(column) for column in zip(*rows)])
+                    width = len(cur.description or ())
+                out.append([np.concatenate([b[i] for b in batches]) if batches else np.asarray([])
+                            for i in range(width)])
+        return out
 
     def lock_aliases(self, cur) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK - 1,))

@@ -17,11 +17,13 @@ from .backend import Backend, write_transaction
 from .corpus import ChunkKey, Corpus
 from .lexical import tokenize
 from .lexical_index import LexicalIndex
+from .lexical_snapshot import LexicalSnapshot
 
 if TYPE_CHECKING:
     import numpy as np
 
 DenseTop = Callable[[Sequence[float], str, int, "ChunkFilter | None"], list[ScoredKey]]
+LexicalTop = Callable[[str, str, int, "ChunkFilter | None"], list[ScoredKey]]
 # Keys and L2-normalised float32 vectors of a whole version, for a long-lived reader that searches in memory.
 EmbeddingMatrix = Callable[[str], "tuple[list[ChunkKey], np.ndarray]"]
 
@@ -39,7 +41,9 @@ class Search(Protocol):
                     where: ChunkFilter | None = None) -> list[ScoredKey]: ...
     def hybrid_top(self, query: str, vector: Sequence[float], index_version: str, k: int,
                    candidates: int | None = None, weights: FusionWeights | None = None,
-                   dense_top: DenseTop | None = None, where: ChunkFilter | None = None) -> list[ScoredKey]: ...
+                   dense_top: DenseTop | None = None, where: ChunkFilter | None = None,
+                   lexical_top: LexicalTop | None = None) -> list[ScoredKey]: ...
+    def lexical_snapshot(self, index_version: str) -> LexicalSnapshot: ...
     def hits(self, index_version: str, scored: Sequence[ScoredKey]) -> list[SearchHit]: ...
     def lexical(self, query: str, index_version: str, k: int = 10,
                 where: ChunkFilter | None = None) -> list[SearchHit]: ...
@@ -77,14 +81,20 @@ class CorpusSearch:
 
     def hybrid_top(self, query: str, vector: Sequence[float], index_version: str, k: int,
                    candidates: int | None = None, weights: FusionWeights | None = None,
-                   dense_top: DenseTop | None = None, where: ChunkFilter | None = None) -> list[ScoredKey]:
-        """(doc_id, ordinal, fused score) of the k best chunks; `dense_top` replaces the store's dense
-        ranking (the search service's in-memory vectors)."""
+                   dense_top: DenseTop | None = None, where: ChunkFilter | None = None,
+                   lexical_top: LexicalTop | None = None) -> list[ScoredKey]:
+        """(doc_id, ordinal, fused score) of the k best chunks; `dense_top` and `lexical_top` replace the
+        store's rankings (the search service's in-memory vectors and postings)."""
         weights = weights or FusionWeights()
         depth = max(k, candidates or weights.candidates)
         dense = (dense_top or self.dense_top)(vector, index_version, depth, where) if weights.dense > 0 else []
-        lexical = self.lexical_top(query, index_version, depth, where) if weights.lexical > 0 else []
+        lexical = (lexical_top or self.lexical_top)(query, index_version, depth, where) if weights.lexical > 0 else []
         return fuse(dense, lexical, k, weights)
+
+    def lexical_snapshot(self, index_version: str) -> LexicalSnapshot:
+        """The version's postings in memory, for a long-lived reader (lexical_snapshot.py)."""
+        self._ensure_indexed_once(index_version)
+        return self._lexical.snapshot(index_version)
 
     # ---- hits --------------------------------------------------------------------------------
     def hits(self, index_version: str, scored: Sequence[ScoredKey]) -> list[SearchHit]:

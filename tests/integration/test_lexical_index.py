@@ -85,6 +85,33 @@ def test_documents_stored_before_the_lexical_index_are_indexed_on_first_search(s
     assert rows[0][0] == 1
 
 
+def test_postings_in_memory_rank_as_the_store(store_factory):
+    """The search service's in-memory postings (LexicalSnapshot) return what the store's statement
+    returns: same keys in the same order (ties by key, also where n cuts through equal scores), same
+    scores, after a document was replaced and another purged."""
+    store = store_factory()
+    corpus = _corpus(seed=5)
+    for doc, texts in corpus.items():
+        put(store, doc, texts)
+    for copy in ("copy-a.txt", "copy-b.txt", "copy-c.txt"):  # equal scores: only the key orders them
+        put(store, copy, ["penalty clause escrow notice", "token bucket refill quota"])
+    put(store, "doc1.txt", ["escrow breach cure escrow", "mooring harbour"])  # replaced
+    store.corpus.purge_document("doc2.txt")
+    snapshot = store.search.lexical_snapshot("iv-a")
+    assert not any(d == "doc2.txt" for d, _ in snapshot.keys)
+    queries = ["penalty clause", "token bucket refill", "escrow breach cure", "RateLimiter quota quota",
+               "shipment carrier notice period", "penalty clause escrow notice", "unknownterm", "the of"]
+    for query in queries:
+        for n in (1, 2, 4, 7, 100):
+            expected = store.search.lexical_top(query, "iv-a", n)
+            got = snapshot.top(query, n)
+            assert [(d, o) for d, o, _ in got] == [(d, o) for d, o, _ in expected], (query, n)
+            assert [s for *_, s in got] == pytest.approx([s for *_, s in expected], rel=1e-12), (query, n)
+    tied = snapshot.top("penalty clause escrow notice", 2)
+    assert [d for d, _, _ in tied] == ["copy-a.txt", "copy-b.txt"] and tied[0][2] == pytest.approx(tied[1][2])
+    assert store.search.lexical_snapshot("iv-none").top("penalty", 5) == []
+
+
 def test_duckdb_compacted_postings_rank_as_the_uncompacted_ones(tmp_path, monkeypatch):
     """DuckDB compacts postings into one row per term. Compacted at every commit, then left with
     documents replaced, purged and added since (their compacted entries stale), it ranks every query
@@ -125,6 +152,9 @@ def test_duckdb_compacted_postings_rank_as_the_uncompacted_ones(tmp_path, monkey
         assert expected, (query, where)  # a query that finds nothing would prove nothing
         assert [(d, o) for d, o, _ in got] == [(d, o) for d, o, _ in expected], (query, where)
         assert [s for *_, s in got] == pytest.approx([s for *_, s in expected], rel=1e-9)
+        if where is None:  # the service's in-memory postings, read from the compacted layout
+            in_memory = compacted.search.lexical_snapshot("iv-a").top(query, 50)
+            assert [(d, o) for d, o, _ in in_memory] == [(d, o) for d, o, _ in expected], query
 
     filters = [None, ChunkFilter(documents=["doc1.txt", "doc3.txt"]), ChunkFilter(path_prefix="doc"),
                ChunkFilter(section="S1"), ChunkFilter(page_from=2, page_to=3)]

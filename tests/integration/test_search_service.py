@@ -17,8 +17,10 @@ import uvicorn
 
 from contextual_assets.embedding import EmbedderCatalog
 from contextual_assets.models import DocumentRecord, EmbeddedChunk, content_hash
+from contextual_assets.serving.api import SearchRequest
 from contextual_assets.serving.app import create_app
 from contextual_assets.serving.service import SearchService
+from contextual_assets.serving.version_cache import VersionCache
 from contextual_assets.store import open_store
 from tests.support import REPO_ROOT, ctx_serve, free_port
 
@@ -134,6 +136,58 @@ def test_service_searches_production_and_follows_the_alias_live(filled, store_lo
         assert pinned["index_version"] == "iv-two" and pinned["alias"] is None
         assert pinned["hits"][0]["header"].startswith("Excerpt of ")
     service.store.close()
+
+
+def test_a_long_lived_service_ranks_bm25_in_memory_and_follows_commits(filled, store_location,
+                                                                     embedders):
+    """`ctx serve` keeps each version's postings in memory: its answers equal the store's, a commit is
+    searchable at once (the store answers until the postings are reloaded), and a version over the
+    chunk limit is ranked in the store."""
+    url, path = store_location
+    service = SearchService(open_store(url, path), embedders, alias_refresh_s=0.2, vectors_in_memory=True,
+                            lexical_in_memory_max_chunks=1000)
+    store = service.store
+    query = "hotel per night in London"
+
+    def lexical(q: str, version: str = "iv-one") -> list[tuple[str, int]]:
+        return [(h.document, h.ordinal) for h in service.search(SearchRequest(query=q, mode="lexical", k=5,
+                                                                              version=version)).hits]
+
+    def wait_for_postings(version: str = "iv-one"):
+        deadline = time.monotonic() + 30
+        while (postings := service.postings.current(version)) is None:
+            assert time.monotonic() < deadline, "the postings never loaded"
+            time.sleep(0.05)
+        return postings
+
+    expected = [(d, o) for d, o, _ in store.search.lexical_top(query, "iv-one", 5)]
+    assert lexical(query) == expected  # answered by the store while loading
+    postings = wait_for_postings()
+    assert len(postings.keys) == 6 and lexical(query) == expected
+    assert service.search(SearchRequest(query=query, k=3)).hits  # hybrid through the postings
+
+    other = open_store(url, path)  # another process commits to the served version
+    text = "the zanzibar clove tariff"
+    chunk = EmbeddedChunk(doc_id="zanzibar.txt", source_doc="zanzibar.txt", title="zanzibar.txt", ordinal=0,
+                          section_path=["Tariffs"], page_start=1, page_end=1, text=text, token_count=4,
+                          content_hash=content_hash(text), header="", header_source="structural",
+                          header_model="structural-v1", embedding=embedders.get().embed([text])[0])
+    other.corpus.replace_document(DocumentRecord(doc_id="zanzibar.txt", index_version="iv-one",
+                                                 source_path="/in/zanzibar.txt", kind="text", title="zanzibar.txt",
+                                                 file_hash="cd" * 32, n_chunks=1, updated_at=""), [chunk])
+    other.close()
+    deadline = time.monotonic() + 30
+    while lexical("zanzibar clove") != [("zanzibar.txt", 0)]:  # revision checked within a second
+        assert time.monotonic() < deadline, "a committed document never became searchable"
+        time.sleep(0.05)
+    assert len(wait_for_postings().keys) == 7
+
+    service.lexical_in_memory_max_chunks = 3  # too many chunks to hold: ranked in the store
+    service.postings = VersionCache(service._load_postings, store.corpus.revision, "postings")
+    assert lexical(query) == expected
+    time.sleep(0.5)
+    assert lexical(query) == expected and service.postings.current("iv-one") is None
+    store.close()
 
 
 def _served_version(base: str, timeout_s: float = 10.0) -> str:

@@ -127,4 +127,4 @@ def test_in_memory_vectors_keep_the_most_recently_searched_versions_only():
         deadline = time.monotonic() + 5
         while vectors.top(version, [1.0, 0, 0, 0], 1) is None and time.monotonic() < deadline:
             time.sleep(0.01)
-    assert sorted(vectors._loaded) == ["b", "c"]
+    assert vectors.versions == ["b", "c"]
