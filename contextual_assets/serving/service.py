@@ -9,6 +9,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from contextual_assets.batching import MicroBatcher
 from contextual_assets.embedding import EmbedderCatalog
@@ -28,6 +29,7 @@ from .version_cache import VersionCache
 
 FALLBACK_REFRESH_S = 30.0
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class SearchError(Exception):
@@ -43,7 +45,7 @@ class SearchService:
                  reranker: Reranker | None = None, rerank_candidates: int = 50, max_k: int = 100,
                  alias: str = PRODUCTION_ALIAS, fallback_version: Callable[[], str | None] | None = None,
                  alias_refresh_s: float = 1.0, vectors_in_memory: bool = False,
-                 lexical_in_memory_max_chunks: int = 0):
+                 in_memory_max_chunks: int = 0):
         self.store, self.embedders = store, embedders
         self.weights = weights or FusionWeights()
         self.reranker, self.rerank_candidates, self.max_k = reranker, rerank_candidates, max_k
@@ -57,10 +59,15 @@ class SearchService:
         embedding_matrix = store.search.embedding_matrix
         self.vectors = (VersionVectors(embedding_matrix, store.corpus.revision)
                         if vectors_in_memory and embedding_matrix is not None else None)
-        self.lexical_in_memory_max_chunks = lexical_in_memory_max_chunks
+        # Up to in_memory_max_chunks, a version's BM25 postings (both back-ends) and its chunk rows (DuckDB,
+        # whose point reads cost ~10 ms a request; Postgres reads them by primary key) are held in memory.
+        self.in_memory_max_chunks = in_memory_max_chunks
         self.postings: VersionCache[LexicalSnapshot] | None = (
-            VersionCache(self._load_postings, store.corpus.revision, "postings") if lexical_in_memory_max_chunks > 0
-            else None)
+            VersionCache(self._within_limit(store.search.lexical_snapshot), store.corpus.revision, "postings")
+            if in_memory_max_chunks > 0 else None)
+        self.rows: VersionCache[dict] | None = (
+            VersionCache(self._within_limit(store.corpus.chunk_rows), store.corpus.revision, "rows")
+            if in_memory_max_chunks > 0 and self.vectors is not None else None)
 
     # ---- which version -----------------------------------------------------------------------
     def production(self) -> str | None:
@@ -165,11 +172,11 @@ class SearchService:
         store = self.store
         with store.reading():
             if mode == "lexical":
-                return store.search.hits(version, self._lexical(query, version, depth, where))
+                return self._hits(version, self._lexical(query, version, depth, where))
             vector = self.embed_query(version, query)
             if mode == "dense":
-                return store.search.hits(version, self._dense(vector, version, depth, where))
-            return store.search.hits(version, store.search.hybrid_top(query, vector, version, depth,
+                return self._hits(version, self._dense(vector, version, depth, where))
+            return self._hits(version, store.search.hybrid_top(query, vector, version, depth,
                                                                       weights=self.weights, dense_top=self._dense,
                                                                       where=where, lexical_top=self._lexical))
 
@@ -193,13 +200,20 @@ class SearchService:
                 return postings.top(query, n)
         return self.store.search.lexical_top(query, version, n, where)
 
-    def _load_postings(self, version: str) -> LexicalSnapshot | None:
-        chunks = self.store.corpus.count_chunks(version)
-        if chunks > self.lexical_in_memory_max_chunks:
-            log.info("index version %s has %d chunks, over CTX_SERVE_LEXICAL_MAX_CHUNKS=%d: its BM25 ranking "
-                     "stays in the database", version, chunks, self.lexical_in_memory_max_chunks)
-            return None
-        return self.store.search.lexical_snapshot(version)
+    def _hits(self, version: str, scored: list[tuple[str, int, float]]) -> list[SearchHit]:
+        rows = self.rows.current(version) if self.rows is not None else None
+        return self.store.search.hits(version, scored, rows)
+
+    def _within_limit(self, load: Callable[[str], T]) -> Callable[[str], T | None]:
+        """`load` for versions of at most in_memory_max_chunks chunks; None (the store answers) above."""
+        def load_within_limit(version: str) -> T | None:
+            chunks = self.store.corpus.count_chunks(version)
+            if chunks > self.in_memory_max_chunks:
+                log.info("index version %s has %d chunks, over CTX_SERVE_IN_MEMORY_MAX_CHUNKS=%d: searched in "
+                         "the store", version, chunks, self.in_memory_max_chunks)
+                return None
+            return load(version)
+        return load_within_limit
 
     # ---- versions and health -----------------------------------------------------------------
     def versions(self) -> VersionsResponse:
@@ -238,7 +252,7 @@ def service_from_settings(settings: PlatformSettings, *, long_lived: bool = Fals
     return SearchService(store, embedders, weights=FusionWeights.model_validate_json(settings.fusion_weights_json),
                          reranker=reranker, rerank_candidates=settings.rerank_candidates, max_k=settings.serve_max_k,
                          fallback_version=platform.current_index_version, vectors_in_memory=long_lived,
-                         lexical_in_memory_max_chunks=settings.serve_lexical_max_chunks if long_lived else 0)
+                         in_memory_max_chunks=settings.serve_in_memory_max_chunks if long_lived else 0)
 
 
 def _hit(rank: int, h: SearchHit) -> Hit:

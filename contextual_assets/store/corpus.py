@@ -40,6 +40,7 @@ class Corpus(Protocol):
     def count_chunks(self, index_version: str | None = None, doc_id: str | None = None) -> int: ...
     def chunks(self, index_version: str, doc_id: str | None = None) -> list[HeaderedChunk]: ...
     def chunks_by_key(self, index_version: str, keys: Sequence[ChunkKey]) -> dict[ChunkKey, HeaderedChunk]: ...
+    def chunk_rows(self, index_version: str) -> dict[ChunkKey, tuple]: ...
     def revision(self, index_version: str) -> tuple: ...
 
 
@@ -236,7 +237,7 @@ class CorpusTable:
         rows = self._backend.query(
             f"SELECT {_CHUNK_COLUMNS} FROM ctx_chunks WHERE index_version = ?{by_document} ORDER BY doc_id, ordinal",
             [index_version] if doc_id is None else [index_version, doc_id])
-        return [_row_to_chunk(r) for r in rows]
+        return [chunk_from_row(r) for r in rows]
 
     def chunks_by_key(self, index_version: str, keys: Sequence[ChunkKey]) -> dict[ChunkKey, HeaderedChunk]:
         """The stored chunks of these keys (missing keys are left out)."""
@@ -249,11 +250,18 @@ class CorpusTable:
             f"SELECT {_CHUNK_COLUMNS} FROM ctx_chunks WHERE index_version = ? AND ("
             + " OR ".join("(doc_id = ? AND ordinal = ?)" for _ in wanted) + ")",
             [index_version, *[v for key in wanted for v in key]])
-        chunks = (_row_to_chunk(r) for r in rows)
+        chunks = (chunk_from_row(r) for r in rows)
         return {(c.doc_id, c.ordinal): c for c in chunks}
 
+    def chunk_rows(self, index_version: str) -> dict[ChunkKey, tuple]:
+        """Every chunk row of a version (no vectors), by key, for a long-lived reader that answers hits
+        from memory (`chunk_from_row` turns one into a chunk)."""
+        rows = self._backend.query(f"SELECT {_CHUNK_COLUMNS} FROM ctx_chunks WHERE index_version = ?",
+                                   (index_version,))
+        return {(r[1], int(r[2])): r for r in rows}
 
-def _row_to_chunk(r: tuple) -> HeaderedChunk:
+
+def chunk_from_row(r: tuple) -> HeaderedChunk:
     return HeaderedChunk(
         doc_id=r[1], ordinal=int(r[2]), source_doc=r[3], title=r[4], section_path=json.loads(r[5]),
         page_start=r[6], page_end=r[7], text=r[8], token_count=int(r[9]), content_hash=r[10],

@@ -8,13 +8,13 @@ fused top k), so nothing on the query path reads the whole corpus into Python.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ..fusion import FusionWeights, ScoredKey, fuse
 from ..models import ChunkFilter, HeaderedChunk, SearchHit
 from .backend import Backend, write_transaction
-from .corpus import ChunkKey, Corpus
+from .corpus import ChunkKey, Corpus, chunk_from_row
 from .lexical import tokenize
 from .lexical_index import LexicalIndex
 from .lexical_snapshot import LexicalSnapshot
@@ -44,7 +44,8 @@ class Search(Protocol):
                    dense_top: DenseTop | None = None, where: ChunkFilter | None = None,
                    lexical_top: LexicalTop | None = None) -> list[ScoredKey]: ...
     def lexical_snapshot(self, index_version: str) -> LexicalSnapshot: ...
-    def hits(self, index_version: str, scored: Sequence[ScoredKey]) -> list[SearchHit]: ...
+    def hits(self, index_version: str, scored: Sequence[ScoredKey],
+             rows: Mapping[ChunkKey, tuple] | None = None) -> list[SearchHit]: ...
     def lexical(self, query: str, index_version: str, k: int = 10,
                 where: ChunkFilter | None = None) -> list[SearchHit]: ...
     def dense(self, vector: Sequence[float], index_version: str, k: int = 10,
@@ -97,10 +98,15 @@ class CorpusSearch:
         return self._lexical.snapshot(index_version)
 
     # ---- hits --------------------------------------------------------------------------------
-    def hits(self, index_version: str, scored: Sequence[ScoredKey]) -> list[SearchHit]:
+    def hits(self, index_version: str, scored: Sequence[ScoredKey],
+             rows: Mapping[ChunkKey, tuple] | None = None) -> list[SearchHit]:
         """Scored keys as hits, in the given order; a key whose chunk is gone (a commit between the
-        ranking and this read) is dropped."""
-        chunks = self._corpus.chunks_by_key(index_version, [(d, o) for d, o, _ in scored])
+        ranking and this read) is dropped. `rows`: the version's chunk rows already in memory
+        (`Corpus.chunk_rows`, a long-lived reader's), read instead of the store."""
+        if rows is not None:
+            chunks = {(d, o): chunk_from_row(rows[(d, o)]) for d, o, _ in scored if (d, o) in rows}
+        else:
+            chunks = self._corpus.chunks_by_key(index_version, [(d, o) for d, o, _ in scored])
         return [_hit(chunks[(d, o)], s, index_version) for d, o, s in scored if (d, o) in chunks]
 
     def lexical(self, query: str, index_version: str, k: int = 10,

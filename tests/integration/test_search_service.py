@@ -145,7 +145,7 @@ def test_a_long_lived_service_ranks_bm25_in_memory_and_follows_commits(filled, s
     chunk limit is ranked in the store."""
     url, path = store_location
     service = SearchService(open_store(url, path), embedders, alias_refresh_s=0.2, vectors_in_memory=True,
-                            lexical_in_memory_max_chunks=1000)
+                            in_memory_max_chunks=1000)
     store = service.store
     query = "hotel per night in London"
 
@@ -165,6 +165,15 @@ def test_a_long_lived_service_ranks_bm25_in_memory_and_follows_commits(filled, s
     postings = wait_for_postings()
     assert len(postings.keys) == 6 and lexical(query) == expected
     assert service.search(SearchRequest(query=query, k=3)).hits  # hybrid through the postings
+    if url is None:  # DuckDB: the hits' rows come from memory too, as the store would give them
+        deadline = time.monotonic() + 30
+        while service.rows.current("iv-one") is None:
+            assert time.monotonic() < deadline, "the chunk rows never loaded"
+            time.sleep(0.05)
+        scored = store.search.hybrid_top(query, embedders.get().embed([query])[0], "iv-one", 5)
+        assert service._hits("iv-one", scored) == store.search.hits("iv-one", scored)
+    else:
+        assert service.rows is None  # Postgres reads hits by primary key
 
     other = open_store(url, path)  # another process commits to the served version
     text = "the zanzibar clove tariff"
@@ -182,8 +191,9 @@ def test_a_long_lived_service_ranks_bm25_in_memory_and_follows_commits(filled, s
         time.sleep(0.05)
     assert len(wait_for_postings().keys) == 7
 
-    service.lexical_in_memory_max_chunks = 3  # too many chunks to hold: ranked in the store
-    service.postings = VersionCache(service._load_postings, store.corpus.revision, "postings")
+    service.in_memory_max_chunks = 3  # too many chunks to hold: ranked in the store
+    service.postings = VersionCache(service._within_limit(store.search.lexical_snapshot), store.corpus.revision,
+                                    "postings")
     assert lexical(query) == expected
     time.sleep(0.5)
     assert lexical(query) == expected and service.postings.current("iv-one") is None
