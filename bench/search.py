@@ -20,7 +20,8 @@ Measured per back-end:
   closed-loop qps, `--open-rates`), each rate for `--open-duration` s; latency from the moment a
   request was due, so time spent waiting for a free client counts (no coordinated omission);
 - `recall_at_10`: the store's own dense top-10 (DuckDB exact in SQL, Postgres HNSW) against exact
-  numpy search over all vectors;
+  numpy search over all vectors; on Postgres `hnsw_ef_sweep` gives it, with the store's dense top-10
+  latency (one client, in-process), per `hnsw.ef_search` of EF_SWEEP;
 - `service_recall_at_10` / `service_hybrid_recall_at_10` (`--real`): the service's dense and hybrid
   top-10 for query texts against exact search: exact dense, and the same fusion over exact dense
   candidates and the store's BM25 (exact on both back-ends).
@@ -52,6 +53,7 @@ from bench.load import Corpus, K, documents, ms, percentile, start_postgres
 from bench.report import write_json
 
 BIG, SMALL = "iv-search-big", "iv-search-small"
+EF_SWEEP = (40, 100, 200, 400, 800, 1000)
 SMALL_CHUNKS = 1000
 PER_DOC = 500
 
@@ -156,9 +158,33 @@ def store_recall(work: Workload, url: str | None, workdir: Path) -> dict:
         found = [[(d, o) for d, o, _ in store.search.dense_top(q.tolist(), BIG, K)] for q in work.recall_vectors]
         truth_hybrid = [fuse(dense, store.search.lexical_top(text, BIG, depth), K, weights)
                         for dense, text in zip(truth_dense, work.recall_texts)]
+        sweep = ef_sweep(store, work, truth_dense) if url else None
     finally:
         store.close()
-    return {"recall_at_10": recall_of(found, truth_dense), "truth_dense": truth_dense, "truth_hybrid": truth_hybrid}
+    out = {"recall_at_10": recall_of(found, truth_dense), "truth_dense": truth_dense, "truth_hybrid": truth_hybrid}
+    if sweep:
+        out["hnsw_ef_sweep"] = sweep
+    return out
+
+
+def ef_sweep(store, work: Workload, truth_dense: list) -> list[dict]:
+    """Postgres: recall@10 and the store's dense top-10 latency (one client, in-process) per HNSW
+    candidate list (hnsw.ef_search; pgvector's ceiling is 1000)."""
+    default = store.backend.ef_search
+    rows = []
+    try:
+        for ef in EF_SWEEP:
+            store.backend.ef_search = ef
+            found, times = [], []
+            for q in work.recall_vectors:
+                t0 = time.perf_counter()
+                found.append([(d, o) for d, o, _ in store.search.dense_top(q.tolist(), BIG, K)])
+                times.append(time.perf_counter() - t0)
+            rows.append({"ef_search": ef, "recall_at_10": recall_of(found, truth_dense),
+                         "p50_ms": ms(percentile(times, 50)), "p95_ms": ms(percentile(times, 95))})
+    finally:
+        store.backend.ef_search = default
+    return rows
 
 
 def cold_cli(env: dict, version: str, query: str) -> float:
@@ -301,7 +327,7 @@ def run_service(env: dict, work: Workload, truth: dict, args) -> dict:
     server = subprocess.Popen(ctx_command("serve", "--port", str(port)), env=env, stdout=log, stderr=subprocess.STDOUT)
     queries = Queries(work.load_texts)
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 600
         while True:
             if server.poll() is not None:
                 raise SystemExit(f"ctx serve exited: {log_path.read_text()[-2000:]}")
@@ -313,9 +339,15 @@ def run_service(env: dict, work: Workload, truth: dict, args) -> dict:
             if time.monotonic() > deadline:
                 raise SystemExit("ctx serve did not get ready")
             time.sleep(0.5)
-        # Warm-up: the embedder loads on the first query; DuckDB's in-memory vectors load in the background.
+        # Warm-up: the embedder loads on the first query; what the service holds in memory (postings; on
+        # DuckDB also vectors and chunk rows) loads in the background, and is waited for.
         closed_loop(base, queries, 1, 3.0, "hybrid")
-        time.sleep(5.0)
+        parts = ("postings",) if env.get("DATABASE_URL") else ("postings", "vectors", "rows")
+        wanted = [f'ctx_search_in_memory{{index_version="{BIG}",part="{part}"}} 1.0' for part in parts]
+        while not all(line in httpx.get(f"{base}/metrics", timeout=10).text for line in wanted):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"ctx serve did not load {parts} of {BIG} into memory")
+            closed_loop(base, queries, 1, 1.0, "hybrid")
         closed_loop(base, queries, 2, 5.0, "hybrid")
         out: dict = {}
         if work.texts_match_vectors:
@@ -346,6 +378,8 @@ def run_backend(backend: str, work: Workload, args, workdir: Path) -> dict:
         row.update(load_store(backend, work, url, workdir))
         truth = store_recall(work, url, workdir)
         row["recall_at_10"] = truth["recall_at_10"]
+        if "hnsw_ef_sweep" in truth:
+            row["hnsw_ef_sweep"] = truth["hnsw_ef_sweep"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_") and k != "DATABASE_URL"}
         env.update({"CTX_HOME": str(workdir / ".ctx"), "CTX_DUCKDB_PATH": str(workdir / "index.duckdb"),
                     "HF_HUB_OFFLINE": "1", "CTX_HEADER_SOURCE": "none", "DAGSTER_HOME": str(workdir / "dagster")})
@@ -400,6 +434,11 @@ def print_table(result: dict) -> None:
               f"{r['service_p95_ms']:7.1f} {r['qps']:6.1f} {r['service_1_client_p95_ms']:12.1f} "
               f"{r['service_dense_p95_ms']:9.1f} {r['recall_at_10']:7.3f} {fmt(r['service_recall_at_10'], '9.3f')} "
               f"{fmt(r['service_hybrid_recall_at_10'], '10.3f')}")
+    for r in result["rows"]:
+        if r.get("hnsw_ef_sweep"):
+            print(f"\n{r['backend']} HNSW: hnsw.ef_search / recall@10 / store dense top-10 p50, p95 ms (1 client)")
+            for e in r["hnsw_ef_sweep"]:
+                print(f"  {e['ef_search']:5d} {e['recall_at_10']:7.3f} {e['p50_ms']:8.1f} {e['p95_ms']:8.1f}")
     print("\nopen loop (hybrid; latency from each request's due time)")
     print(f"{'backend':9s} {'offered':>8s} {'achieved':>8s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s} "
           f"{'errors':>6s}")

@@ -7,7 +7,7 @@
                            (`/versions`: the same)
     GET  /healthz          liveness: the process answers (no token, no store)
     GET  /readyz           readiness: the store answers and a version is there to serve (else 503)
-    GET  /metrics          Prometheus text: requests, latency, errors, the version served
+    GET  /metrics          Prometheus text: requests, latency, errors, the version served, what is in memory
     GET  /openapi.json     the OpenAPI document of these routes; /docs renders it as a page
 
 With a token configured (the variable named by CTX_SEARCH_TOKEN_ENV), the search and version routes need
@@ -152,6 +152,8 @@ def create_app(service: SearchService, token: str | None = None, max_request_byt
             return _error(503, str(exc))
 
     async def prometheus(request: Request) -> Response:
+        if service is not None:
+            metrics.held(service.in_memory())
         return Response(metrics.exposition(), media_type=metrics.content_type)
 
     async def openapi(request: Request) -> Response:

@@ -24,6 +24,9 @@ class ServiceMetrics:
         self.version = Gauge("ctx_search_served_version", "1 for the index version the last search served "
                              "(and the alias it came through, '' for none)", ["index_version", "alias"],
                              registry=self.registry)
+        self.in_memory = Gauge("ctx_search_in_memory", "1 for each index version whose part (vectors, postings, "
+                               "rows) the service holds in memory now", ["part", "index_version"],
+                               registry=self.registry)
         self._served: tuple[str, str] | None = None
 
     def observe(self, route: str, status: int, seconds: float) -> None:
@@ -39,6 +42,13 @@ class ServiceMetrics:
                 self.version.remove(*self._served)
             self.version.labels(*labels).set(1)
             self._served = labels
+
+    def held(self, parts: dict[str, list[str]]) -> None:
+        """What the service holds in memory now (a search answered from the store meanwhile)."""
+        self.in_memory.clear()
+        for part, versions in parts.items():
+            for version in versions:
+                self.in_memory.labels(part, version).set(1)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

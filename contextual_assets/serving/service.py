@@ -215,6 +215,11 @@ class SearchService:
             return load(version)
         return load_within_limit
 
+    def in_memory(self) -> dict[str, list[str]]:
+        """The versions whose vectors, postings and chunk rows are held in memory now, by part."""
+        parts = {"vectors": self.vectors, "postings": self.postings, "rows": self.rows}
+        return {part: cache.versions for part, cache in parts.items() if cache is not None}
+
     # ---- versions and health -----------------------------------------------------------------
     def versions(self) -> VersionsResponse:
         production = self.production()

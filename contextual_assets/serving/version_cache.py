@@ -42,9 +42,9 @@ class VersionCache(Generic[T]):
 
     @property
     def versions(self) -> list[str]:
-        """The versions held now."""
+        """The versions held in memory now (not those loaded as None)."""
         with self._lock:
-            return sorted(self._loaded)
+            return sorted(v for v, loaded in self._loaded.items() if loaded.value is not None)
 
     def _current_revision(self, version: str) -> tuple:
         now = time.monotonic()

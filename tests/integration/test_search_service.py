@@ -19,6 +19,7 @@ from contextual_assets.embedding import EmbedderCatalog
 from contextual_assets.models import DocumentRecord, EmbeddedChunk, content_hash
 from contextual_assets.serving.api import SearchRequest
 from contextual_assets.serving.app import create_app
+from contextual_assets.serving.metrics import ServiceMetrics
 from contextual_assets.serving.service import SearchService
 from contextual_assets.serving.version_cache import VersionCache
 from contextual_assets.store import open_store
@@ -174,6 +175,11 @@ def test_a_long_lived_service_ranks_bm25_in_memory_and_follows_commits(filled, s
         assert service._hits("iv-one", scored) == store.search.hits("iv-one", scored)
     else:
         assert service.rows is None  # Postgres reads hits by primary key
+    held = ServiceMetrics()
+    held.held(service.in_memory())
+    exposition = held.exposition().decode()
+    assert 'ctx_search_in_memory{index_version="iv-one",part="postings"} 1.0' in exposition
+    assert ('ctx_search_in_memory{index_version="iv-one",part="rows"} 1.0' in exposition) == (url is None)
 
     other = open_store(url, path)  # another process commits to the served version
     text = "the zanzibar clove tariff"
