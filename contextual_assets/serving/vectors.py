@@ -32,15 +32,20 @@ def _batch_top(items: list[tuple[_Matrix, np.ndarray, int]]) -> list[list[tuple[
     for positions in by_matrix.values():
         loaded = items[positions[0]][0]
         queries = np.stack([items[p][1] / (np.linalg.norm(items[p][1]) or 1.0) for p in positions])
-        scores = loaded.matrix @ queries.T
+        scores = loaded.matrix @ queries.T  # (chunks, queries)
+        rows = scores.shape[0]
+        k_max = min(max(items[p][2] for p in positions), rows)
+        if k_max <= 0:
+            continue
+        # The k best of every column in one partition (no negated copy of the scores).
+        best = np.argpartition(scores, rows - k_max, axis=0)[rows - k_max:]
         for column, position in enumerate(positions):
-            column_scores = scores[:, column]
-            k = min(items[position][2], len(column_scores))
+            k = min(items[position][2], rows)
             if k <= 0:
                 continue
-            top = np.argpartition(-column_scores, k - 1)[:k]
-            top = top[np.argsort(-column_scores[top], kind="stable")]
-            out[position] = [(*loaded.keys[i], float(column_scores[i])) for i in top]
+            candidates = best[:, column]
+            top = candidates[np.argsort(-scores[candidates, column], kind="stable")[:k]]
+            out[position] = [(*loaded.keys[i], float(scores[i, column])) for i in top]
     return out
 
 
