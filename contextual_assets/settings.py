@@ -94,7 +94,7 @@ class PlatformSettings(BaseSettings):
     serve_port: int = Field(8765, ge=1, le=65535, description="a TCP port, 1 to 65535")
     serve_max_k: int = Field(100, ge=1, le=1000, description="the largest k a search request may ask, 1 to 1000")
     serve_in_memory_max_chunks: int = Field(
-        2_000_000, ge=0, description="index versions of up to this many chunks keep their BM25 postings (and, on "
+        1_000_000, ge=0, description="index versions of up to this many chunks keep their BM25 postings (and, on "
         "DuckDB, their chunk rows) in `ctx serve`'s memory; larger ones are searched in the database; 0: never")
     serve_max_request_bytes: int = Field(16_384, ge=256, description="the largest request body in bytes, >= 256")
     chunk_tokens: int = Field(200, ge=1, description="an integer >= 1 (embedder tokens per chunk)")
