@@ -1,4 +1,4 @@
-"""What a long-lived reader keeps in memory per index version (dense vectors, lexical postings), keyed by
+"""What a long-lived reader keeps in memory per index version (dense vectors, BM25 postings, chunk rows),
 the store's revision of that version.
 
 A snapshot is loaded in the background the first time a version is searched and again whenever its
