@@ -1,5 +1,5 @@
 """What a long-lived reader keeps in memory per index version (dense vectors, BM25 postings, chunk rows),
-the store's revision of that version.
+keyed by the store's revision of that version.
 
 A snapshot is loaded in the background the first time a version is searched and again whenever its
 revision changes; until the load lands, `current` answers None and the caller searches the store, so
