@@ -20,8 +20,9 @@ Out = TypeVar("Out")
 
 
 class MicroBatcher(Generic[In, Out]):
-    def __init__(self, fn: Callable[[list[In]], Sequence[Out]], max_batch: int = 32, name: str = "micro-batcher"):
-        self.fn, self.max_batch = fn, max_batch
+    def __init__(self, fn: Callable[[list[In]], Sequence[Out]], max_batch: int = 32, name: str = "micro-batcher",
+                 start: Callable[[], None] | None = None):
+        self.fn, self.max_batch, self._start = fn, max_batch, start  # start: run first, in the worker thread
         self._queue: queue.Queue[tuple[In, Future]] = queue.Queue()
         threading.Thread(target=self._work, daemon=True, name=name).start()
 
@@ -35,6 +36,8 @@ class MicroBatcher(Generic[In, Out]):
         return self._queue.qsize()
 
     def _work(self) -> None:
+        if self._start is not None:
+            self._start()
         while True:
             batch = [self._queue.get()]
             while len(batch) < self.max_batch:

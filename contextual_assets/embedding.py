@@ -181,9 +181,10 @@ class EmbedderCatalog:
     never searched or scored with another embedder: a `ConfigurationError` says which one is missing."""
 
     def __init__(self, base_url: str = "", model: str = "", model_dir: str = "", api_key_env: str = "",
-                 batch_size: int = 32, device: str = "auto", threads: int = 0):
+                 batch_size: int = 32, device: str = "auto", threads: int = 0, runtime: str = "torch"):
         self.base_url, self.model, self.model_dir = base_url, model, model_dir
         self.api_key_env, self.batch_size, self.device, self.threads = api_key_env, batch_size, device, threads
+        self.runtime = runtime  # what runs a local model: torch, or onnx (`ctx serve`'s queries, embedding_onnx.py)
         self._loaded: dict[str, Embedder] = {}
         self._lock = threading.Lock()
 
@@ -211,8 +212,7 @@ class EmbedderCatalog:
         if identity == self.identity():
             if self.base_url:
                 return OpenAIEmbedder(self.base_url, self.model, key, batch_size=self.batch_size)
-            return SentenceTransformerEmbedder(self.model_dir or None, batch_size=self.batch_size, device=self.device,
-                                               threads=self.threads)
+            return self._local(self.model_dir or None)
         if identity.startswith("openai:"):
             base_url = recipe.get("base_url") or self.base_url
             if base_url:
@@ -220,12 +220,21 @@ class EmbedderCatalog:
         else:
             for model_dir in (recipe.get("model_dir"), str(bundled_model_dir())):
                 if model_dir and os.path.isdir(model_dir) and f"st:{sentence_transformer_name(model_dir)}" == identity:
-                    return SentenceTransformerEmbedder(model_dir, batch_size=self.batch_size, device=self.device,
-                                                       threads=self.threads)
+                    return self._local(model_dir)
         raise ConfigurationError(
             f"the index version was built with embedder {identity}, which this deployment cannot load (it has "
             f"{self.identity()}); scoring it with another embedder would be meaningless: make {identity} available "
             "(CTX_EMBED_BASE_URL / CTX_EMBED_MODEL) or evaluate another version")
+
+
+    def _local(self, model_dir: str | None) -> Embedder:
+        embedder = SentenceTransformerEmbedder(model_dir, batch_size=self.batch_size, device=self.device,
+                                               threads=self.threads)
+        if self.runtime != "onnx":
+            return embedder
+        from contextual_assets.embedding_onnx import OnnxSentenceEmbedder
+
+        return OnnxSentenceEmbedder(embedder, threads=self.threads)
 
 
 def embed_chunks(chunks: list[HeaderedChunk], embedder: Embedder) -> list[EmbeddedChunk]:

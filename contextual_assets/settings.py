@@ -96,6 +96,9 @@ class PlatformSettings(BaseSettings):
     serve_in_memory_max_chunks: int = Field(
         1_000_000, ge=0, description="index versions of up to this many chunks keep their BM25 postings (and, on "
         "DuckDB, their chunk rows) in `ctx serve`'s memory; larger ones are searched in the database; 0: never")
+    serve_query_runtime: str = Field(
+        "onnx", description="onnx or torch: what embeds `ctx serve`'s queries with a local model on the CPU (onnx: "
+        "exported at start and used only where it gives torch's vectors)")
     serve_max_request_bytes: int = Field(16_384, ge=256, description="the largest request body in bytes, >= 256")
     chunk_tokens: int = Field(200, ge=1, description="an integer >= 1 (embedder tokens per chunk)")
     context_tokens: int = Field(1000, ge=0, description="an integer >= 0 (tokens of section context per request)")
@@ -135,6 +138,13 @@ class PlatformSettings(BaseSettings):
     def _embed_device(cls, value: str) -> str:
         if value.lower() not in ("auto", "cpu", "cuda") and not value.lower().startswith("cuda:"):
             raise ValueError(f"unknown device '{value}'")
+        return value.lower()
+
+    @field_validator("serve_query_runtime")
+    @classmethod
+    def _serve_query_runtime(cls, value: str) -> str:
+        if value.lower() not in ("onnx", "torch"):
+            raise ValueError(f"unknown runtime '{value}'")
         return value.lower()
 
     @field_validator("fusion_weights_json")

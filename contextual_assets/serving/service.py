@@ -258,7 +258,8 @@ def service_from_settings(settings: PlatformSettings, *, long_lived: bool = Fals
         threadpool_limits(limits=1, user_api="blas")
     embedders = EmbedderCatalog(settings.embed_base_url, settings.embed_model, settings.embed_model_dir,
                                 settings.embed_api_key_env,
-                                device=settings.embed_device, threads=1)
+                                device=settings.embed_device, threads=1,
+                                runtime=settings.serve_query_runtime if long_lived else "torch")
     reranker = platform.reranker.get()
     return SearchService(store, embedders, weights=FusionWeights.model_validate_json(settings.fusion_weights_json),
                          reranker=reranker, rerank_candidates=settings.rerank_candidates, max_k=settings.serve_max_k,
