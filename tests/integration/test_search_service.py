@@ -206,6 +206,28 @@ def test_a_long_lived_service_ranks_bm25_in_memory_and_follows_commits(filled, s
     store.close()
 
 
+def test_a_long_lived_service_on_onnxruntime_ranks_as_torch(filled, store_location, embedders):
+    """`ctx serve` embeds queries with onnxruntime (CTX_SERVE_QUERY_RUNTIME=onnx, the default) and its
+    dense product in memory: every mode ranks as the in-process service on torch does."""
+    url, path = store_location
+    served = SearchService(open_store(url, path), EmbedderCatalog(threads=1, runtime="onnx"), vectors_in_memory=True)
+    in_process = SearchService(open_store(url, path), embedders)
+    assert served.embedders.get().active
+    if url is None:  # DuckDB: the matrix loads in the background; the store answers until then
+        deadline = time.monotonic() + 30
+        while served.vectors.top("iv-one", embedders.get().embed(["x"])[0], 1) is None:
+            assert time.monotonic() < deadline, "the vectors never loaded"
+            time.sleep(0.05)
+    for query in ("hotel per night in London", "termination notice", "token bucket refill rate", "leave"):
+        for mode in ("dense", "hybrid", "lexical"):
+            ask = SearchRequest(query=query, mode=mode, k=4, version="iv-one")
+            got, expected = served.search(ask).hits, in_process.search(ask).hits
+            assert [(h.document, h.ordinal) for h in got] == [(h.document, h.ordinal) for h in expected], (query, mode)
+            assert [h.score for h in got] == pytest.approx([h.score for h in expected], abs=1e-5)
+    served.store.close()
+    in_process.store.close()
+
+
 def _served_version(base: str, timeout_s: float = 10.0) -> str:
     deadline = time.monotonic() + timeout_s
     previous = None

@@ -62,6 +62,7 @@ def test_values_come_from_the_environment(monkeypatch, tmp_path):
         ("CTX_GATE_FLOORS", "[1, 2]", "JSON object"),
         ("CTX_GATE_TOLERANCE", "lots", "0 to 1"),
         ("CTX_LLM_SAMPLE_METRICS", "maybe", "true or false"),
+        ("CTX_SERVE_QUERY_RUNTIME", "tensorrt", "onnx or torch"),
     ],
 )
 def test_a_bad_value_names_its_variable(monkeypatch, variable, value, accepts):
