@@ -93,6 +93,33 @@ def test_in_memory_vectors_answer_exactly_and_only_when_current():
     assert vectors.top("iv", query.tolist(), 5) is None
 
 
+def test_the_batched_product_is_exact_for_one_query_and_for_many():
+    """One query goes through torch as two columns, several as many: each gets numpy's exact top n."""
+    import numpy as np
+
+    from contextual_assets.serving.vectors import _batch_top, _Matrix
+
+    rng = np.random.default_rng(5)
+    matrix = rng.standard_normal((3000, 24)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    loaded = _Matrix([(f"d{i // 10}", i % 10) for i in range(3000)], matrix)
+    queries = rng.standard_normal((5, 24)).astype(np.float32)
+    for size in (1, 2, 5):
+        got = _batch_top([(loaded, q, 7) for q in queries[:size]])
+        for q, top in zip(queries[:size], got):
+            exact = matrix @ (q / np.linalg.norm(q))
+            assert [loaded.keys.index((d, o)) for d, o, _ in top] == list(np.argsort(-exact)[:7])
+            assert [s for _, _, s in top] == pytest.approx(sorted(exact, reverse=True)[:7], abs=1e-5)
+
+
+def test_a_batchers_start_runs_first_in_its_own_thread():
+    seen: list[str] = []
+    batcher = MicroBatcher(lambda items: [threading.current_thread().name for _ in items], name="worker-x",
+                           start=lambda: seen.append(threading.current_thread().name))
+    assert batcher.submit("a") == "worker-x" and seen == ["worker-x"]
+    assert batcher.submit("b") == "worker-x" and seen == ["worker-x"]  # once, not per batch
+
+
 def test_search_settings_name_the_variable(monkeypatch):
     from contextual_assets.settings import PlatformSettings
 
