@@ -226,7 +226,6 @@ class EmbedderCatalog:
             f"{self.identity()}); scoring it with another embedder would be meaningless: make {identity} available "
             "(CTX_EMBED_BASE_URL / CTX_EMBED_MODEL) or evaluate another version")
 
-
     def _local(self, model_dir: str | None) -> Embedder:
         embedder = SentenceTransformerEmbedder(model_dir, batch_size=self.batch_size, device=self.device,
                                                threads=self.threads)

@@ -3,8 +3,8 @@
 Why: a query is ~15 tokens, and at that size torch's CPU forward is mostly per-call overhead and a GEMM
 that is slow on small shapes. On the 2-core dev machine, one thread: one query 6.3 ms against 14.6, three
 in one batch 15.4 against 26.5 (bench/README.md, *Search*). The transformer is exported from the loaded
-torch module when the service starts (in memory, no file to keep in step with the weights) and used only
-if it gives torch's vectors on probe texts; otherwise torch answers and a warning says why.
+torch module when the first query arrives (in memory, no file to keep in step with the weights) and used
+only if it gives torch's vectors on probe texts; otherwise torch answers and a warning says why.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ class _Matrix:
 
 def _cosines(matrix: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """(chunks, queries) float32 products, exact. torch's CPU product rather than numpy's: on 200,000 x 384
-    with one thread it took 14-36 ms for 2 to 8 queries against numpy's 41-52 (bench/README.md, *Search*).
+    with one thread it took 16-57 ms for 1 to 8 queries against numpy's 28-72 (bench/README.md, *Search*).
     One query goes as two columns: torch's one-column kernel is the slow one (33 ms against 14)."""
     import torch
 
