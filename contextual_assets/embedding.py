@@ -69,16 +69,10 @@ def torch_device(setting: str = "auto") -> str:
 
 
 @lru_cache(maxsize=4)
-def _load_sentence_transformer(model_dir: str, device: str = "auto", threads: int = 0):
+def _load_sentence_transformer(model_dir: str, device: str = "auto"):
     offline_environment()
-    import torch
     from sentence_transformers import SentenceTransformer
 
-    if threads:
-        # A process that embeds one short query at a time (search) gains nothing from intra-op threads,
-        # and loses much when another process holds a core: measured 17 ms with 1 thread against 465 ms
-        # with 2 on the 2-core dev machine with one busy core.
-        torch.set_num_threads(threads)
     return SentenceTransformer(model_dir, device=torch_device(device))
 
 
@@ -94,7 +88,7 @@ class SentenceTransformerEmbedder(Embedder):
 
     @property
     def model(self):
-        return _load_sentence_transformer(self.model_dir, self.device, self.threads)
+        return _load_sentence_transformer(self.model_dir, self.device)
 
     @property
     def dimension(self) -> int:  # type: ignore[override]
@@ -110,6 +104,14 @@ class SentenceTransformerEmbedder(Embedder):
         if not texts:
             return []
         with self._lock:  # one forward pass at a time: torch already uses every core
+            if self.threads:
+                # A process that embeds one short query at a time (search) gains nothing from intra-op
+                # threads, and loses much when another process holds a core: measured 17 ms with 1 thread
+                # against 465 ms with 2 on the 2-core dev machine with one busy core. Set in the thread
+                # that embeds: OpenMP's count is per thread (a new thread starts with one per core).
+                import torch
+
+                torch.set_num_threads(self.threads)
             vectors = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
                                         show_progress_bar=False, convert_to_numpy=True)
         return vectors.tolist()

@@ -95,7 +95,8 @@ class OnnxSentenceEmbedder(Embedder):
         if network is None:
             raise OnnxUnsuitable(f"its first module ({type(transformer).__name__}) has no transformer to export")
         features = self._features(list(PROBES[:2]))
-        self._inputs = names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in features]
+        names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in features]
+        self._inputs = names
 
         class Hidden(torch.nn.Module):
             def __init__(self):
@@ -106,11 +107,11 @@ class OnnxSentenceEmbedder(Embedder):
                 return self.network(**dict(zip(names, tensors))).last_hidden_state
 
         buffer = io.BytesIO()
-        axes = {name: {0: "batch", 1: "tokens"} for name in [*self._inputs, "hidden"]}
+        axes = {name: {0: "batch", 1: "tokens"} for name in [*names, "hidden"]}
         with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(Hidden().eval(), tuple(features[name] for name in self._inputs), buffer, dynamo=False,
-                              input_names=self._inputs, output_names=["hidden"], dynamic_axes=axes, opset_version=17)
+            torch.onnx.export(Hidden().eval(), tuple(features[name] for name in names), buffer, dynamo=False,
+                              input_names=names, output_names=["hidden"], dynamic_axes=axes, opset_version=17)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = self.threads, 1
         session = onnxruntime.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"])

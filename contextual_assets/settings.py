@@ -98,7 +98,7 @@ class PlatformSettings(BaseSettings):
         "DuckDB, their chunk rows) in `ctx serve`'s memory; larger ones are searched in the database; 0: never")
     serve_query_runtime: str = Field(
         "onnx", description="onnx or torch: what embeds `ctx serve`'s queries with a local model on the CPU (onnx: "
-        "exported at start and used only where it gives torch's vectors)")
+        "exported at its first query and used only where it gives torch's vectors)")
     serve_max_request_bytes: int = Field(16_384, ge=256, description="the largest request body in bytes, >= 256")
     chunk_tokens: int = Field(200, ge=1, description="an integer >= 1 (embedder tokens per chunk)")
     context_tokens: int = Field(1000, ge=0, description="an integer >= 0 (tokens of section context per request)")
