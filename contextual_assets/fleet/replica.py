@@ -47,10 +47,7 @@ class CapacityProbe:
 
     level: int | None = None  # the limit being measured (None: nothing measured yet)
     reads: int = 0  # reads at this level while the limit was binding (the first one is skipped)
-    level_rate: float = 0.0  # work rate at this level (tokens/s), over the level's whole measured span
-    since: float | None = None  # when the level's measured span began (a read's time) ...
-    since_work: float | None = None  # ... the work counter then ...
-    since_completed: int = 0  # ... and this pool's answers from the replica then
+    level_rate: float = 0.0  # mean work rate at this level (tokens/s)
     previous_level: int | None = None
     previous_rate: float | None = None  # the rate measured at previous_level
     knee_at: float | None = None  # when a raise last stopped paying (None: still climbing)

@@ -34,15 +34,14 @@ nothing is queued (the tail of a run), or at once when its replica is stalled. T
 answer wins; the pool cancels the other and bounds hedges by a budget.
 
 Concurrency limit (capacity found, not configured): a replica's useful concurrency is where adding
-requests stops adding throughput. The `/metrics` reads measure the replica's work rate (its
+requests stops adding throughput. Each `/metrics` read measures the replica's work rate (its
 generation-token counter, all clients together; a server without metrics: the tokens answered to this
-pool) at the current limit while the limit binds, over the level's whole span once it covers about
-`LEVEL_STEPS` engine steps (the counter moves a step at a time); the limit doubles while a raise
-still pays (at least `GAIN_MIN` more throughput than the level below), steps back to the level below
-once it does not (more requests would only wait longer in the batch), and re-probes upward every
-`REPROBE_S`. It backs off at once on the server's own signs of overload: more than a few requests
-queued at the server in two reads in a row (the limit goes to its running count plus those few:
-requests queued at a server cannot go to a replica that frees sooner), a preemption (vLLM recomputes a
+pool) at the current limit while the limit binds; the limit doubles while a raise still pays (at least
+`GAIN_MIN` more throughput than the level below), steps back to the level below once it does not
+(more requests would only wait longer in the batch), and re-probes upward every `REPROBE_S`. It
+backs off at once on the server's own signs of overload: more than a few requests queued at the server in two reads
+in a row (the limit goes to its running count plus those few: requests queued at a server cannot
+go to a replica that frees sooner), a preemption (vLLM recomputes a
 sequence it had no KV blocks for), or KV-cache use over `KV_HIGH` on the fullest engine. An
 operator's `max_in_flight` is a ceiling, never a target; without one the ceiling is `DEFAULT_CEILING`.
 """
@@ -69,15 +68,13 @@ MIN_LATENCY_SAMPLES = 20
 STALL_FACTOR = 3.0
 # Capacity search. The limit a replica starts at (below any ceiling), the ceiling when no
 # max_in_flight is configured (vLLM's largest usual --max-num-seqs is 1,024), the throughput gain
-# a raise must bring to count, the binding reads measured per level at least (after one read of
-# transition, and over at least LEVEL_STEPS engine steps),
+# a raise must bring to count, the binding reads measured per level (after one read of transition),
 # the share of the limit in use for a read to say anything about it, and how often a replica
 # found at its knee is probed upward again (request mixes change).
 INITIAL_LIMIT = 16
 DEFAULT_CEILING = 1024
 GAIN_MIN = 0.05
 LEVEL_READS = 2
-LEVEL_STEPS = 30  # ... over about this many engine steps, or answers (see `adapted_limit`)
 BINDING_SHARE = 0.9
 REPROBE_S = 10.0
 BACKOFF = 0.9  # a preemption takes the limit to this share of the running count
@@ -188,31 +185,21 @@ def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: Replic
         return _settle(max(1, current - max(1, current // 20)), now)
     rate = work_rate(report, previous)
     if rate is None or report.running + report.waiting < BINDING_SHARE * current:
-        # Nothing learnt: the limit is not what holds the replica back now; the level's span restarts.
-        return current, _restart(probe, report)
+        return current, probe  # nothing learnt: the limit is not what holds the replica back now
     # (Nothing answered yet: the burst allowance does not apply to raising, only the minimum does.)
     if report.waiting > (QUEUE_MIN if allowance >= DEFAULT_CEILING else allowance):
         # Requests already wait at the server (a burst still being admitted, or a prefill-bound
         # engine): more would only queue there, where no other replica can take them.
-        return current, _restart(probe, report)
+        return current, probe
     if probe.level != current:
         # The first binding read at a new level is a transition (the requests it added are still in
         # prefill); while climbing it already counts, so that a short run is not over before the climb.
         probe = replace(probe, level=current, reads=0, level_rate=0.0)
         if probe.knee_at is not None:
-            return current, _restart(probe, report)
-        probe = _restart(probe, previous)
-    if probe.since is None or probe.since_work is None or report.work_tokens < probe.since_work:
-        return current, _restart(probe, report)
+            return current, probe
     reads = probe.reads + 1
-    work = report.work_tokens - probe.since_work
-    probe = replace(probe, reads=reads, level_rate=work / max(1e-9, report.at - probe.since))
-    # The rate over the level's whole span, once it covers about LEVEL_STEPS engine steps (a step adds
-    # ~one token per running sequence): a read lands between two steps, so a short window is off by up
-    # to a step's tokens, which at a few steps per read is more than the gain being measured. Counted
-    # locally (no server counter), the work moves an answer at a time: LEVEL_STEPS answers then.
-    quanta = report.completed - probe.since_completed if report.work_is_local else work / max(1.0, report.running)
-    if reads < LEVEL_READS or quanta < LEVEL_STEPS:
+    probe = replace(probe, reads=reads, level_rate=probe.level_rate + (rate - probe.level_rate) / reads)
+    if reads < LEVEL_READS:
         return current, probe
     paid = probe.previous_rate is None or probe.level_rate >= probe.previous_rate * (1 + GAIN_MIN)
     if not paid and probe.previous_level is not None:
@@ -225,13 +212,6 @@ def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: Replic
     if raised == current:
         return current, replace(probe, knee_at=now)  # at the ceiling
     return raised, CapacityProbe(previous_level=current, previous_rate=probe.level_rate, knee_at=probe.knee_at)
-
-
-def _restart(probe: CapacityProbe, report: ReplicaReport | None) -> CapacityProbe:
-    """The level's measured span starts again at `report` (no read: at the next one)."""
-    if report is None or report.work_tokens is None:
-        return replace(probe, reads=0, since=None, since_work=None)
-    return replace(probe, reads=0, since=report.at, since_work=report.work_tokens, since_completed=report.completed)
 
 
 def _settle(limit: int, now: float) -> tuple[int, CapacityProbe]:

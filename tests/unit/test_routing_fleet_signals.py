@@ -114,56 +114,6 @@ def test_without_a_ceiling_the_limit_climbs_past_the_old_default_while_throughpu
     assert knee_curve(2 * limits[-1]) < knee_curve(limits[-1]) * (1 + routing.GAIN_MIN) or limits[-1] * 2 > max(limits)
 
 
-def drive_steps(state: ReplicaState, step_s, reads: int, *, interval: float = 0.2) -> list[int]:
-    """Reads every `interval` of a batching engine running its limit's worth of sequences in back-to-back
-    steps of `step_s(c)` seconds, each adding one token per sequence: the work counter moves a whole
-    step at a time, so a read's window holds a step more or less than the one before."""
-    previous, limits = None, []
-    work, step_end = 0.0, NOW
-    for i in range(reads):
-        now = NOW + i * interval
-        c = routing.concurrency_limit(state)
-        while step_end + step_s(c) <= now:
-            step_end += step_s(c)
-            work += c
-        read = report(c, 0, at=now, work=work)
-        state.limit, state.capacity = adapted_limit(state, read, previous)
-        previous = read
-        limits.append(state.limit)
-    return limits
-
-
-def test_each_level_is_measured_over_many_engine_steps_not_over_a_read_or_two():
-    # Steps of 66 ms at 16 sequences to 0.3 s at 256: a 0.2 s read sees 0 to 3 of them. Tokens/s:
-    # 16: 242, 32: 390, 64: 561, 128: 719, 256: 836, 512: 910 (each raise pays 9 % or more) and
-    # 1,024: 953 (+4.7 %, below GAIN_MIN): the knee is at 512.
-    def step_s(c: int) -> float:
-        return 0.05 + 0.001 * c
-
-    limits = drive_steps(replica_with_cap(None), step_s, 600)
-    # Measured over a read or two, a window with one step fewer reads as a loss and stops the climb
-    # early; measured over ~LEVEL_STEPS steps every raise that pays 9 % is seen to pay.
-    assert max(limits) >= 512
-    assert limits[-1] >= 512
-    assert min(limits[limits.index(512):]) >= 512  # and it never stepped back below a level that paid
-
-
-def test_without_a_server_counter_a_level_is_decided_on_enough_answers():
-    # A server without metrics counters: the work is the tokens answered to this pool, which move an
-    # answer at a time; a level is decided only once it has LEVEL_STEPS answers.
-    state = replica_with_cap(None)
-    answers, work, previous = 0, 0.0, None
-    for i in range(3 * routing.LEVEL_STEPS):
-        read = report(16, 0, at=NOW + i * 0.5, work=work)
-        read.work_is_local, read.completed = True, answers
-        state.limit, state.capacity = adapted_limit(state, read, previous)
-        previous = read
-        if i < routing.LEVEL_STEPS:  # one answer of 500 tokens per read: still measuring 16
-            assert state.limit is None or state.limit == 16
-        answers, work = answers + 1, work + 500.0
-    assert state.limit == 32  # 16 was measured over LEVEL_STEPS answers, then raised (nothing before)
-
-
 def test_a_plateau_steps_back_to_the_level_below():
     state = replica_with_cap(None)
     flat = lambda c: min(c, 40) * 100.0  # throughput stops growing at 40 in flight
