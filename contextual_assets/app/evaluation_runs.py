@@ -12,6 +12,7 @@ import dagster as dg
 
 from contextual_assets.defs.ingest.partitions import range_run_tags
 from contextual_assets.errors import ConfigurationError
+from contextual_assets.lifecycle.run_liveness import this_process_tags
 from contextual_assets.names import (
     BASE_MOVED,
     CANDIDATE_EVALUATION,
@@ -64,7 +65,7 @@ def evaluate_and_promote(defs: dg.Definitions, instance: dg.DagsterInstance, gol
         if not keys:
             raise ConfigurationError("no documents to evaluate: ingest documents first (`ctx ingest PATH`)")
         result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=run_config,
-                                        tags=range_run_tags(keys))
+                                        tags={**range_run_tags(keys), **this_process_tags()})
         if not (failure_flag(result, STALE_EVALUATION) or failure_flag(result, BASE_MOVED)):
             break
     return EvaluationOutcome(result, attempt)

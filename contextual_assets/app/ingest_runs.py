@@ -18,6 +18,8 @@ from contextual_assets.ingest.file_selection import collect_sources  # noqa: F40
 from contextual_assets.ingest.inbox import file_sha256
 from contextual_assets.ingest.partition_ranges import partition_ranges
 from contextual_assets.ingest.pipeline import local_file_size
+from contextual_assets.lifecycle.commit_reconcile import reconcile_failed_runs
+from contextual_assets.lifecycle.run_liveness import fail_dead_runs, this_process_tags
 from contextual_assets.models import SourceRecord
 from contextual_assets.names import CHUNK_EMBEDDINGS, INGEST_JOB
 from contextual_assets.store import ChunkStore
@@ -42,6 +44,17 @@ def ensure_dagster_home(ctx_home: str) -> Path:
     if not (home / "dagster.yaml").exists() and REPO_DAGSTER_YAML.exists():
         shutil.copyfile(REPO_DAGSTER_YAML, home / "dagster.yaml")
     return home
+
+
+def recover_dead_runs(instance: dg.DagsterInstance, store: ChunkStore) -> list[str]:
+    """Before new runs: fail the runs of this host whose process died (they hold ingest slots), then
+    record the commits that failed runs made but never recorded; one line per thing done."""
+    lines = [f"run {run_id} marked failed: its process is gone" for run_id in fail_dead_runs(instance)]
+    reconciled = reconcile_failed_runs(instance, store)
+    if reconciled:
+        lines.append(f"{len(reconciled)} documents committed by a run that died before recording them now "
+                     f"show as materialized: {', '.join(reconciled[:5])}{' ...' if len(reconciled) > 5 else ''}")
+    return lines
 
 
 def register_sources(store: ChunkStore, instance: dg.DagsterInstance, sources: list[tuple[str, Path]]) -> None:
@@ -72,7 +85,8 @@ def ingest_partitions(
     outcomes: list[PartitionOutcome] = []
     for keys in partition_ranges(instance.get_dynamic_partitions(documents_partitions.name), list(paths), per_run,
                                  cost=lambda key: local_file_size(str(paths[key]))):
-        tags = {"ctx/trigger": "cli"}
+        # The process's identity: a later command fails the run if this process dies (run_liveness.py).
+        tags = {"ctx/trigger": "cli", **this_process_tags()}
         if len(keys) == 1:
             range_kwargs: dict = {"partition_key": keys[0]}
         else:

@@ -21,7 +21,7 @@ from ..fleet.types import FleetCounters, FleetRequest, FleetResult, RequestTooLa
 from ..store.header_cache import HeaderCache
 from .base import HeaderRequest, HeaderResult, HeaderSource
 from .budget import FittedPrompt, context_limit_in, estimate_tokens, fit_prompt
-from .cache_key import header_cache_key
+from .cache_key import HEADER_KEY_SCHEME, header_cache_key
 from .prompt import PromptTemplate, escape_data
 from .structural import StructuralHeaderSource
 from .validation import validate_header
@@ -106,9 +106,11 @@ def prompt_version_of(prompt: PromptTemplate, batch_prompt: PromptTemplate | Non
 def openai_identity(weights: str, revision: str, prompt_version: str) -> dict[str, str]:
     """The header part of the index-version fingerprint for headers from a served model: keyed on the
     weights behind the served name (`ResolvedModel.weights`), so an alias moved to other weights is a
-    new index version."""
+    new index version. The header-cache key's scheme is part of it: headers cached under an older rule
+    (one that let two documents share a header) never reach a version built under this one."""
     header_model = f"{weights}@{revision}" if revision else weights
-    return {"header_source": "openai", "header_model": header_model, "prompt_version": prompt_version}
+    return {"header_source": "openai", "header_model": header_model, "prompt_version": prompt_version,
+            "header_cache_key": HEADER_KEY_SCHEME}
 
 
 class OpenAIHeaderSource(HeaderSource):
@@ -252,7 +254,7 @@ class OpenAIHeaderSource(HeaderSource):
         stats.trimmed_contexts = sum(1 for f in fitted if f.trimmed_parts)
         stats.cut_chunks = sum(1 for f in fitted if f.chunk_cut)
         weights = self.fleet.resolved.weights
-        keys = [header_cache_key(weights, self.revision, self.prompt_version, f.context, r.chunk.content_hash)
+        keys = [header_cache_key(weights, self.revision, self.prompt_version, f.messages, r.chunk.content_hash)
                 for r, f in zip(requests, fitted)]
         results = self._cached(keys, on_result)
         stats.cache_hits = sum(1 for r in results if r is not None)

@@ -165,6 +165,36 @@ def test_header_cache_makes_a_rerun_free(tmp_path):
         assert other.last_stats.cache_hits == 0
 
 
+@pytest.fixture(params=["duckdb", "postgres"])
+def header_store(request, tmp_path):
+    url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
+    store = open_store(url, tmp_path / "s.duckdb")
+    yield store
+    store.close()
+
+
+def shared_clause(doc_id: str, title: str, section: str) -> HeaderRequest:
+    """The same paragraph (a standard clause) in another document, under another title and section."""
+    text = "Either party may terminate this agreement with ninety days written notice to the other party."
+    chunk = Chunk(doc_id=doc_id, source_doc=doc_id, title=title, ordinal=0, section_path=[section], text=text,
+                  token_count=16, content_hash=content_hash(text))
+    return HeaderRequest(chunk=chunk, before=[], after=[])
+
+
+def test_a_paragraph_shared_by_two_documents_gets_a_header_for_each(header_store):
+    """Issue 39 (1): the cache key covers everything the prompt is built from, so the second document's
+    copy of a shared clause is not served the header written for the first document's title."""
+    with simulated_fleet(1, time_scale=0.05) as (sim, fleet):
+        source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), header_cache=header_store.header_cache)
+        source.generate([shared_clause("supply.pdf", "Supply Agreement with Acme", "12 Termination")])
+        assert source.last_stats.requests == 1
+        source.generate([shared_clause("lease.pdf", "Office Lease for Harbour Street", "9 Ending the lease")])
+        assert source.last_stats.cache_hits == 0 and source.last_stats.requests == 1
+        # The same document again is still free: the key is stable for unchanged inputs.
+        source.generate([shared_clause("lease.pdf", "Office Lease for Harbour Street", "9 Ending the lease")])
+        assert source.last_stats.cache_hits == 1 and source.last_stats.requests == 0
+
+
 def test_budget_trims_context_to_max_model_len():
     with simulated_fleet([ReplicaSpec(max_model_len=700)], time_scale=0.05) as (sim, fleet):
         source = OpenAIHeaderSource(fleet, load_prompt(), token_counter())

@@ -234,13 +234,21 @@ def test_chunk_over_the_context_alone_is_shown_from_its_start_and_one_that_canno
 
 
 def test_cache_key_changes_with_every_part():
-    base = ("m", "rev1", "header-v2", "context", "hash")
+    messages = load_prompt().render(title="Supply Agreement", section_path="12 Termination", context="context",
+                                    chunk="chunk")
+    base = ("m", "rev1", "header-v2", messages, "hash")
     keys = {header_cache_key(*base)}
-    for index in range(5):
+    for index in (0, 1, 2, 4):
         changed = list(base)
         changed[index] = changed[index] + "x"
         keys.add(header_cache_key(*changed))
-    assert len(keys) == 6
+    # Every value the prompt is built from: title, section path, context and chunk (issue 39: a shared
+    # paragraph under another document's title is another key).
+    for part in ("title", "section_path", "context", "chunk"):
+        values = {"title": "Supply Agreement", "section_path": "12 Termination", "context": "context", "chunk": "chunk"}
+        values[part] += " (other)"
+        keys.add(header_cache_key(*base[:3], load_prompt().render(**values), base[4]))
+    assert len(keys) == 9
     # The first part is the weights' identity: the same served name over other weights is another key.
     assert header_cache_key("org/weights-v1", *base[1:]) != header_cache_key("org/weights-v2", *base[1:])
 

@@ -13,7 +13,7 @@ import dagster as dg
 
 from contextual_assets.app.cli import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from contextual_assets.app.evaluation_runs import BLOCKING_CHECKS, EvaluationOutcome, evaluate_and_promote, failure_flag
-from contextual_assets.app.ingest_runs import ensure_dagster_home, failure_cause, failure_message
+from contextual_assets.app.ingest_runs import ensure_dagster_home, failure_cause, failure_message, recover_dead_runs
 from contextual_assets.definitions import build_definitions
 from contextual_assets.errors import ConfigurationError, ContextualError, DependencyUnavailable
 from contextual_assets.names import CANDIDATE_EVALUATION
@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     candidate = args.version or platform.current_index_version()
     before = store.aliases.get(alias)
     with dg.DagsterInstance.get() as instance:
+        for line in recover_dead_runs(instance, store):
+            print(f"recovered: {line}", file=sys.stderr)
         outcome = evaluate_and_promote(build_definitions(settings), instance, gold_path, args.version)
     report = evaluation_report(outcome, candidate, before, store.aliases.get(alias))
     code = _evaluation_exit(outcome.result, report)
