@@ -6,7 +6,8 @@ documents and LLM calls re-spent.
 
 Scenarios (names for --only): replica_killed, all_replicas_down, errors_5xx, slow_replica,
 stalled_replica, slow_tail, malformed, worker_sigkill, concurrent_runs_duckdb,
-concurrent_runs_postgres, same_document_twice, postgres_restart.
+concurrent_runs_postgres, same_document_twice, postgres_restart; and in bench/fault_crashes.py:
+killed_in_commit_duckdb, killed_in_commit_postgres, killed_runs_then_sensor, shared_header_cache.
 
 Everything is real except the LLM fleet (bench/sim/fleet.py): the ingest is the `ctx` command line,
 Dagster runs in its own DAGSTER_HOME, the store is DuckDB or Postgres (pgserver). Columns:
@@ -931,12 +932,19 @@ class Context:
             shutil.rmtree(cls.pg_dir, ignore_errors=True)
 
 
+def all_scenarios() -> dict[str, Callable[..., Result]]:
+    """These and issue 39's (crash safety, the header cache: bench/fault_crashes.py, which imports this module)."""
+    from bench.fault_crashes import SCENARIOS as CRASH_SCENARIOS
+
+    return {**SCENARIOS, **CRASH_SCENARIOS}
+
+
 def run_scenario(name: str, root: Path, **kwargs) -> Result:
     workdir = root / name
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:
-        result = SCENARIOS[name](Context(workdir), **kwargs)
+        result = all_scenarios()[name](Context(workdir), **kwargs)
     except Exception as exc:  # a scenario that cannot complete is a failed scenario, with the reason
         result = Result(name, detail=f"error: {type(exc).__name__}: {exc} "
                                      f"[{traceback.format_exc().strip().splitlines()[-3][:200]}]")
@@ -958,13 +966,14 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.split("\n")[0])
     parser.add_argument("--json", default=None, help="write the results here")
-    parser.add_argument("--only", default="", help=f"comma-separated scenarios of {', '.join(SCENARIOS)}")
+    scenarios = all_scenarios()
+    parser.add_argument("--only", default="", help=f"comma-separated scenarios of {', '.join(scenarios)}")
     parser.add_argument("--keep", action="store_true", help="keep the working directories")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(SCENARIOS)
-    unknown = [n for n in names if n not in SCENARIOS]
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(scenarios)
+    unknown = [n for n in names if n not in scenarios]
     if unknown:
-        parser.error(f"unknown scenarios {unknown}; known: {', '.join(SCENARIOS)}")
+        parser.error(f"unknown scenarios {unknown}; known: {', '.join(scenarios)}")
     root = Path(tempfile.mkdtemp(prefix="ctx-faults-"))
     results = []
     try:

@@ -3,9 +3,9 @@ and a kill inside a multi-document commit leaves no document served but shown mi
 
 The kill is real: `ctx ingest` in its own process, SIGKILLed by itself right after a store transaction of
 several documents returned, before its run recorded their materializations. The only thing not of the
-product is where the kill lands: a wrapper (`KILLING_CTX`) holds the commit stage's first batch until
-enough documents wait, and kills the process after that batch's transaction (a test cannot hit that
-moment from outside)."""
+product is where the kill lands: `bench.killing_ctx` holds the commit stage's first batch until enough
+documents wait, and kills the process after that batch's transaction (a test cannot hit that moment from
+outside)."""
 
 from __future__ import annotations
 
@@ -17,40 +17,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from bench.killing_ctx import KILL_AFTER_COMMIT_OF
 from contextual_assets.lifecycle.commit_reconcile import RECONCILED_FROM_RUN, run_keys, unrecorded
 from contextual_assets.lifecycle.run_liveness import RunProcess, process_fingerprint, this_process_tags
 from contextual_assets.models import DocumentRecord
 from contextual_assets.names import CHUNK_EMBEDDINGS
 from contextual_assets.store import open_store
 from tests.support import REPO_ROOT, run_ctx
-
-KILLING_CTX = """
-import os, signal, sys, time
-from contextual_assets.ingest import commit_stage
-from contextual_assets.store.corpus import CorpusTable
-
-batch = int(os.environ["KILL_AFTER_COMMIT_OF"])
-take_batch = commit_stage.take_batch
-
-def held_take_batch(queue, first, limit):
-    # The first batch waits (bounded) for the others, so one transaction holds several documents.
-    deadline = time.monotonic() + 120
-    while queue.qsize() < batch - 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return take_batch(queue, first, limit)
-
-commit_stage.take_batch = held_take_batch
-replace_documents = CorpusTable.replace_documents
-
-def replace_then_die(self, documents, *args, **kwargs):
-    replace_documents(self, documents, *args, **kwargs)
-    if len(documents) >= batch:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-CorpusTable.replace_documents = replace_then_die
-from contextual_assets.app.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 
 def write_docs(folder: Path, prefix: str, n: int) -> list[Path]:
@@ -64,8 +37,8 @@ def write_docs(folder: Path, prefix: str, n: int) -> list[Path]:
 
 
 def killed_ingest(env: dict[str, str], paths: list[Path], batch: int) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-c", KILLING_CTX, "ingest", *map(str, paths)],
-                            env={**env, "KILL_AFTER_COMMIT_OF": str(batch)}, cwd=REPO_ROOT,
+    result = subprocess.run([sys.executable, "-m", "bench.killing_ctx", "ingest", *map(str, paths)],
+                            env={**env, KILL_AFTER_COMMIT_OF: str(batch)}, cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == -signal.SIGKILL, f"the ingest was not killed in its commit: {result.stderr[-2000:]}"
     return result
