@@ -23,13 +23,17 @@ from bench.faults import REPO_ROOT, Context, Env, Fleet, Result, fleet_env, inge
 from bench.killing_ctx import KILL_AFTER_COMMIT_OF
 
 
-def killed_ingest(env: Env, paths: list[Path], batch: int) -> int:
-    """`ctx ingest` that kills itself after a commit of `batch` documents; its return code (-9 if it did)."""
+def start_killed_ingest(env: Env, paths: list[Path], batch: int) -> subprocess.Popen:
+    """`ctx ingest` that kills itself after a commit of `batch` documents."""
     env.prepare()
-    done = subprocess.run([sys.executable, "-m", "bench.killing_ctx", "ingest", *map(str, paths)], cwd=REPO_ROOT,
-                          env={**env.environ(), KILL_AFTER_COMMIT_OF: str(batch)}, capture_output=True, text=True,
-                          timeout=600)
-    return done.returncode
+    return subprocess.Popen([sys.executable, "-m", "bench.killing_ctx", "ingest", *map(str, paths)], cwd=REPO_ROOT,
+                            env={**env.environ(), KILL_AFTER_COMMIT_OF: str(batch)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def killed_ingest(env: Env, paths: list[Path], batch: int) -> int:
+    """Its return code (-9 if it killed itself)."""
+    return start_killed_ingest(env, paths, batch).wait(timeout=600)
 
 
 def run_states(env: Env) -> dict[str, str]:
@@ -101,10 +105,12 @@ def scenario_killed_runs_then_sensor(ctx: Context, n_inbox: int = 3) -> Result:
     fleet = Fleet(ctx.workdir, [1, 1], time_scale=0.2)
     try:
         env = fleet_env(ctx.workdir, fleet, 4, database_url=ctx.db_url())
-        killed = []
+        # Two at once, so that neither one's start (which fails dead runs) comes after the other's death.
+        procs = []
         for name in ("first", "second"):
             write_corpus(ctx.workdir / name, 2, tag=name)
-            killed.append(killed_ingest(env, sorted((ctx.workdir / name).iterdir()), 1))
+            procs.append(start_killed_ingest(env, sorted((ctx.workdir / name).iterdir()), 1))
+        killed = [p.wait(timeout=600) for p in procs]
         r.check(f"two ingests killed (rc {killed})", killed == [-signal.SIGKILL] * 2)
         before = stuck_runs(env)
         r.check("both dead runs held their slots before the tick", before == 2)
@@ -116,7 +122,8 @@ def scenario_killed_runs_then_sensor(ctx: Context, n_inbox: int = 3) -> Result:
         r.check("the tick failed both dead runs", stuck == 0)
         r.check(f"the tick's runs succeeded ({launched})", bool(launched) and all(launched))
         r.figures.update(stuck_runs_before=before, stuck_runs=stuck, sensor_runs=len(launched))
-        expected = {f"inbox/{k.split('/', 1)[1]}": n for k, n in expected_chunks(inbox).items()}
+        # The sensor keys a file by its path inside the inbox.
+        expected = {k.split("/", 1)[1]: n for k, n in expected_chunks(inbox).items()}
         state = store_state(env)
         r.settle(state, expected, set(expected), f"{before} dead runs before the tick, {stuck} after; "
                  f"{len(launched)} sensor runs")

@@ -93,16 +93,20 @@ def test_a_kill_inside_a_multi_document_commit_is_failed_and_recorded_by_the_nex
 
 
 def test_two_killed_ingests_release_their_runs_to_the_next_command(env, tmp_path):
-    for name in ("first", "second"):
-        killed_ingest(env, write_docs(tmp_path / name, name, 2), batch=1)
+    killed_ingest(env, write_docs(tmp_path / "first", "first", 2), batch=1)
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
-        runs = ingest_runs(instance)
-        assert [r.status for r in runs] == [dg.DagsterRunStatus.STARTED] * 2
+        (first,) = ingest_runs(instance)
+        assert first.status == dg.DagsterRunStatus.STARTED
+    # The second ingest (killed too) released the first run's slot before starting its own run.
+    killed_ingest(env, write_docs(tmp_path / "second", "second", 2), batch=1)
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        status = {r.run_id: r.status for r in ingest_runs(instance)}
+        assert status.pop(first.run_id) == dg.DagsterRunStatus.FAILURE
+        ((second, second_status),) = status.items()
+        assert second_status == dg.DagsterRunStatus.STARTED
     run_ctx(env, "ingest", str(write_docs(tmp_path / "third", "third", 1)[0]), check=True)
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
-        status = {r.run_id: r for r in ingest_runs(instance)}
-        for run in runs:
-            assert status[run.run_id].status == dg.DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(second).status == dg.DagsterRunStatus.FAILURE
         # Nothing of this host is left in progress to hold an ingest slot.
         in_progress = instance.get_run_records(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
         assert in_progress == []

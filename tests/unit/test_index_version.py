@@ -11,6 +11,7 @@ from contextual_assets.defs.resources import (
     ParsingResource,
 )
 from contextual_assets.errors import ConfigurationError
+from contextual_assets.headers.cache_key import HEADER_KEY_SCHEME
 from contextual_assets.fleet import pool
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY, ServedModel
 from contextual_assets.index_version import current_index_version
@@ -39,7 +40,7 @@ def test_a_pinned_model_names_the_version_by_its_weights_without_a_pool(monkeypa
     assert version.startswith("iv-") and not pool._FLEETS
     assert calls == ["http://127.0.0.1:9/v1"], "the pin is checked against /v1/models"
     assert headers.identity() == {"header_source": "openai", "header_model": "Qwen/Qwen2.5-3B-Instruct@r2",
-                                  "prompt_version": "header-v2"}
+                                  "prompt_version": "header-v2", "header_cache_key": HEADER_KEY_SCHEME}
     other = current_index_version(headers.model_copy(update={"revision": "r3"}), EmbedderResource(), ParsingResource())
     assert other != version
     # The same pinned name over other weights is another index version.

@@ -40,7 +40,8 @@ def test_the_makefile_builds_llama_cpp_for_a_baseline_not_for_this_cpu():
     for feature in ("GGML_AVX2", "GGML_FMA", "GGML_F16C"):
         assert flags[feature] == "ON", feature
     for path in (REPO_ROOT / "Makefile", REPO_ROOT / "pyproject.toml", REPO_ROOT / "deploy" / "Dockerfile"):
-        assert "march=native" not in path.read_text(), path
+        code = [line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")]
+        assert not any("march=native" in line for line in code), path
     # A wheel built elsewhere (another CPU, other flags) is never taken from pip's cache.
     assert "--no-cache-dir" in (REPO_ROOT / "Makefile").read_text()
 

@@ -2,7 +2,9 @@
 
 The tick itself (listing, settling, retries, give-ups) is `InboxWatcher` in the library
 (`contextual_assets/ingest/inbox_watch.py`); this sensor hands it the partitions and Dagster's run
-history, and turns its outcome into run and partition requests.
+history, and turns its outcome into run and partition requests. Removals it holds back (too many at once:
+`CTX_INBOX_MAX_REMOVE`, `CTX_INBOX_MAX_REMOVE_SHARE`) are a warning in the tick's log and, when the tick
+requests no run, its skip reason, in the UI's tick history, until `ctx inbox confirm-removals`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import dagster as dg
 
 from contextual_assets.defs.resources import ChunkStoreResource
 from contextual_assets.ingest.inbox_watch import RUN_KEY_TAG, FailedRun, InboxOptions, InboxWatcher, RunSpec
+from contextual_assets.lifecycle.commit_reconcile import reconcile_failed_runs
+from contextual_assets.lifecycle.run_liveness import fail_dead_runs
 from contextual_assets.names import CHUNK_EMBEDDINGS, INGEST_JOB
 from contextual_assets.settings import active_settings
 
@@ -81,11 +85,22 @@ def build_new_documents_sensor(job: str | dg.JobDefinition | dg.UnresolvedAssetJ
         **({"job_name": job} if isinstance(job, str) else {"job": job}),
         minimum_interval_seconds=options.interval_s,
         default_status=dg.DefaultSensorStatus.STOPPED,
-        description=f"Adds, re-runs, retries and removes document partitions from the inbox ({options.inbox}).",
+        description=f"Adds, re-runs, retries and removes document partitions from the inbox ({options.inbox}); "
+                    f"holds removals of more than {options.max_remove} documents or {options.max_remove_share:g} of "
+                    "them at once until `ctx inbox confirm-removals`.",
     )
     def new_documents(context: dg.SensorEvaluationContext, store: ChunkStoreResource):
+        chunk_store = store.open()
+        # Runs whose process died (a killed `ctx ingest`) release their ingest slots before this tick's
+        # runs queue, and what failed runs committed without recording it shows as materialized.
+        for run_id in fail_dead_runs(context.instance):
+            context.log.warning(f"run {run_id} marked failed: its process is gone")
+        reconciled = reconcile_failed_runs(context.instance, chunk_store)
+        if reconciled:
+            context.log.info(f"{len(reconciled)} documents committed by a run that died before recording them "
+                             f"now show as materialized: {', '.join(reconciled[:5])}")
         partitions = list(context.instance.get_dynamic_partitions(documents_partitions.name))
-        outcome = watcher.tick(context.cursor, partitions, store.open(), DagsterRunHistory(context.instance))
+        outcome = watcher.tick(context.cursor, partitions, chunk_store, DagsterRunHistory(context.instance))
         if outcome.skipped:
             return dg.SkipReason(outcome.skipped)
         for level, text in outcome.messages:
@@ -95,6 +110,9 @@ def build_new_documents_sensor(job: str | dg.JobDefinition | dg.UnresolvedAssetJ
             partition_requests.append(documents_partitions.build_add_request(outcome.add_partitions))
         if outcome.delete_partitions:
             partition_requests.append(documents_partitions.build_delete_request(outcome.delete_partitions))
+        if outcome.held and not outcome.runs:  # shown as the tick's skip reason in the UI
+            return dg.SensorResult(skip_reason=outcome.held, dynamic_partitions_requests=partition_requests,
+                                   cursor=outcome.cursor)
         return dg.SensorResult(run_requests=[run_request(r) for r in outcome.runs],
                                dynamic_partitions_requests=partition_requests, cursor=outcome.cursor)
 
