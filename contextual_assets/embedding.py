@@ -210,15 +210,16 @@ class EmbedderCatalog:
             return self._loaded[identity]
 
     def _load(self, identity: str, recipe: dict[str, str]) -> Embedder:
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
         if identity == self.identity():
             if self.base_url:
-                return OpenAIEmbedder(self.base_url, self.model, key, batch_size=self.batch_size)
+                return OpenAIEmbedder(self.base_url, self.model, self.key_for(self.base_url),
+                                      batch_size=self.batch_size)
             return self._local(self.model_dir or None)
         if identity.startswith("openai:"):
             base_url = recipe.get("base_url") or self.base_url
             if base_url:
-                return OpenAIEmbedder(base_url, identity.removeprefix("openai:"), key, batch_size=self.batch_size)
+                return OpenAIEmbedder(base_url, identity.removeprefix("openai:"), self.key_for(base_url),
+                                      batch_size=self.batch_size)
         else:
             for model_dir in (recipe.get("model_dir"), str(bundled_model_dir())):
                 if model_dir and os.path.isdir(model_dir) and f"st:{sentence_transformer_name(model_dir)}" == identity:
@@ -227,6 +228,14 @@ class EmbedderCatalog:
             f"the index version was built with embedder {identity}, which this deployment cannot load (it has "
             f"{self.identity()}); scoring it with another embedder would be meaningless: make {identity} available "
             "(CTX_EMBED_BASE_URL / CTX_EMBED_MODEL) or evaluate another version")
+
+    def key_for(self, base_url: str) -> str | None:
+        """The configured key (CTX_EMBED_API_KEY), for the configured endpoint only. An older version's
+        recorded endpoint that differs gets none: the key was issued for CTX_EMBED_BASE_URL, and a recipe in
+        the store must not be able to send it elsewhere (a keyed old endpoint answers 401, by name)."""
+        if not self.api_key_env or not self.base_url or base_url.rstrip("/") != self.base_url.rstrip("/"):
+            return None
+        return (os.environ.get(self.api_key_env) or "").strip() or None
 
     def _local(self, model_dir: str | None) -> Embedder:
         embedder = SentenceTransformerEmbedder(model_dir, batch_size=self.batch_size, device=self.device,

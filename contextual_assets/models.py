@@ -55,6 +55,11 @@ class ParsedDocument(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
+# The largest page a filter may name: the store keeps pages in 32-bit INTEGER columns (both back-ends), so
+# no chunk lies beyond it, and a bound past it would reach SQL as a number DuckDB refuses (an HTTP 500).
+MAX_PAGE = 2**31 - 1
+
+
 class ChunkFilter(BaseModel):
     """Which chunks a search may return, applied before the top k is taken (so k hits come back when k
     chunks match). Conditions combine with AND; an unset one matches everything."""
@@ -67,8 +72,9 @@ class ChunkFilter(BaseModel):
                                     description="document keys that start with this, e.g. a folder of the inbox")
     section: str | None = Field(None, min_length=1,
                                 description="a heading the chunk's section path holds, at any depth (exact)")
-    page_from: int | None = Field(None, ge=1, description="chunks that reach this page or a later one")
-    page_to: int | None = Field(None, ge=1, description="chunks that start on this page or an earlier one")
+    page_from: int | None = Field(None, ge=1, le=MAX_PAGE, description="chunks that reach this page or a later one")
+    page_to: int | None = Field(None, ge=1, le=MAX_PAGE,
+                                description="chunks that start on this page or an earlier one")
 
     @model_validator(mode="after")
     def _page_range(self) -> "ChunkFilter":

@@ -3,7 +3,7 @@ a client imports neither torch nor Dagster)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -20,6 +20,7 @@ class SearchRequest(BaseModel):
     model_config = {"extra": "forbid"}
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    # Unbounded here: the service refuses k over its CTX_SERVE_MAX_K (a 422 naming it) before a store is asked.
     k: int = Field(10, ge=1, description="hits to return (at most the service's CTX_SERVE_MAX_K)")
     mode: SearchMode = "hybrid"
     version: str | None = Field(None, description="an index version (default: the production alias)")
@@ -53,19 +54,30 @@ class SearchResponse(BaseModel):
 
 
 class BatchSearchRequest(BaseModel):
-    """`POST /v1/search/batch`: several searches in one request, answered in order."""
+    """`POST /v1/search/batch`: several searches in one request, answered in order. A query that is invalid
+    or fails is answered in its own result (its status and error); the others are still answered."""
 
     model_config = {"extra": "forbid"}
 
     queries: list[SearchRequest] = Field(min_length=1, max_length=MAX_BATCH_QUERIES)
 
 
+class BatchSearchEnvelope(BaseModel):
+    """What the service validates of a batch as a whole (how many queries); each query is then validated
+    alone as a `SearchRequest`, so one invalid query fails in its own result, not the batch."""
+
+    model_config = {"extra": "forbid"}
+
+    queries: list[Any] = Field(min_length=1, max_length=MAX_BATCH_QUERIES)
+
+
 class BatchResult(BaseModel):
     """One search of a batch: its answer, or the status and message it would have had alone."""
 
-    status: int
-    result: SearchResponse | None = None
-    error: str | None = None
+    status: int = Field(description="200, or the status this query alone would have had: 400, 404, 409, 422 "
+                                    "(invalid: the error names the field), 502, 503, or 500 (an unforeseen failure)")
+    result: SearchResponse | None = Field(None, description="the answer when status is 200, else null")
+    error: str | None = Field(None, description="why, in one line, when status is not 200, else null")
 
 
 class BatchSearchResponse(BaseModel):

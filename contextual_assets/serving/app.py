@@ -2,7 +2,8 @@
 
     POST /v1/search        {query, k, mode, version?, rerank?} -> hits and the index version served
                            (`/search`: the same, its first name)
-    POST /v1/search/batch  {queries: [...]} -> one result per query, in order, each with its own status
+    POST /v1/search/batch  {queries: [...]} -> one result per query, in order, each with its own status (an
+                           invalid or failing query is answered in its result; the others still are)
     GET  /v1/versions      index versions, the production alias and what a search serves by default
                            (`/versions`: the same)
     GET  /healthz          liveness: the process answers (no token, no store)
@@ -23,7 +24,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
@@ -34,12 +35,13 @@ from starlette.routing import Route
 
 from contextual_assets.errors import ContextualError
 
-from .api import BatchResult, BatchSearchRequest, BatchSearchResponse, SearchRequest
+from .api import BatchResult, BatchSearchEnvelope, BatchSearchResponse, SearchRequest
 from .metrics import ServiceMetrics
 from .openapi import docs_page, openapi_document
 from .service import SearchError, SearchService
 
 ACCESS_LOG = logging.getLogger("ctx.serve.access")
+log = logging.getLogger(__name__)
 Handler = Callable[[Request], Awaitable[Response]]
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -57,6 +59,7 @@ def _validation_message(exc: ValidationError) -> str:
 
 
 def create_app(service: SearchService, token: str | None = None, max_request_bytes: int = 16_384) -> Starlette:
+    token = (token or "").strip() or None  # a Secret's trailing newline would lock every client out
     metrics = ServiceMetrics()
     document = openapi_document(bearer=bool(token))
     page = docs_page(document)
@@ -100,8 +103,20 @@ def create_app(service: SearchService, token: str | None = None, max_request_byt
             return BatchResult(status=exc.status, error=str(exc))
         except ContextualError as exc:  # the store or the embedder refused: the operator's to fix
             return BatchResult(status=503, error=str(exc))
+        except Exception:  # unforeseen: this query answers 500 (as JSON), a batch's other queries still answer
+            log.exception("search failed (mode %s, version %s)", parsed.mode, parsed.version or "default")
+            return BatchResult(status=500, error="the search failed unexpectedly; the service log has the "
+                                                 "traceback")
         metrics.served(result.index_version, result.alias)
         return BatchResult(status=200, result=result)
+
+    def answer_payload(payload: Any) -> BatchResult:
+        """One query of a batch, validated alone: an invalid one is its own 422, not the batch's."""
+        try:
+            parsed = SearchRequest.model_validate(payload)
+        except ValidationError as exc:
+            return BatchResult(status=422, error=_validation_message(exc))
+        return answer(parsed)
 
     async def parsed_body(request: Request, model: type[Body]) -> Body | Response:
         """The authorized request's body as `model`, or the refusal to send (401, 413, 400, 422)."""
@@ -125,10 +140,10 @@ def create_app(service: SearchService, token: str | None = None, max_request_byt
         return JSONResponse(outcome.result.model_dump())
 
     async def search_batch(request: Request) -> Response:
-        parsed = await parsed_body(request, BatchSearchRequest)
+        parsed = await parsed_body(request, BatchSearchEnvelope)
         if isinstance(parsed, Response):
             return parsed
-        results = await run_in_threadpool(lambda: [answer(q) for q in parsed.queries])
+        results = await run_in_threadpool(lambda: [answer_payload(q) for q in parsed.queries])
         return JSONResponse(BatchSearchResponse(results=results).model_dump())
 
     async def versions(request: Request) -> Response:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import httpx
 from pydantic import ValidationError
 
@@ -22,11 +24,23 @@ class SearchServiceUnavailable(SearchServiceError, DependencyUnavailable):
     """The search service does not answer (`ctx` exits 3)."""
 
 
+def clean_token(token: str | None) -> str | None:
+    """A bearer token without surrounding whitespace (a Secret or file often ends in a newline, which
+    would make every comparison fail); None when nothing is left."""
+    return (token or "").strip() or None
+
+
+def token_from_env(variable: str) -> str | None:
+    """The search token the variable `variable` holds (CTX_SEARCH_TOKEN_ENV names it), stripped."""
+    return clean_token(os.environ.get(variable))
+
+
 class SearchClient:
     def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 30.0):
         self.base_url = base_url.rstrip("/")
-        if token is not None and not token.isascii():
-            raise SearchServiceError("the search token (CTX_SEARCH_TOKEN) must be ASCII")
+        token = clean_token(token)
+        if token is not None and not (token.isascii() and token.isprintable()):
+            raise SearchServiceError("the search token (CTX_SEARCH_TOKEN) must be printable ASCII")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
             self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
@@ -44,8 +58,9 @@ class SearchClient:
                 detail = response.json().get("error") or response.text
             except ValueError:
                 detail = response.text
+            detail = " ".join(str(detail).split())  # one line, whatever the body (a proxy's HTML page)
             raise SearchServiceError(f"search service at {self.base_url} answered {response.status_code}: "
-                                     f"{str(detail)[:300]}", status=response.status_code)
+                                     f"{detail[:300]}", status=response.status_code)
         try:
             return response.json()
         except ValueError:

@@ -21,11 +21,13 @@ def _body(model: type, description: str) -> dict[str, Any]:
         model=model.__name__)}}}}
 
 
-def _errors(*statuses: int) -> dict[str, Any]:
+def _errors(*statuses: int, **meanings: str) -> dict[str, Any]:
+    """Error responses by status; `meanings` (`s422="..."`) replaces a status's usual description."""
     meaning = {400: "not JSON or not an object", 401: "missing or wrong bearer token", 404: "no such version",
                413: "body over CTX_SERVE_MAX_REQUEST_BYTES", 422: "a field is invalid (the message names it)",
+               500: "an unforeseen failure (the service log has the traceback)",
                502: "the reranker failed", 503: "the store, embedder or a version to serve is unavailable"}
-    return {str(s): _body(ErrorBody, meaning[s]) for s in statuses}
+    return {str(s): _body(ErrorBody, meanings.get(f"s{s}", meaning[s])) for s in statuses}
 
 
 def openapi_document(*, bearer: bool) -> dict[str, Any]:
@@ -37,7 +39,7 @@ def openapi_document(*, bearer: bool) -> dict[str, Any]:
     secured = {"security": [{"bearer": []}]} if bearer else {}
     search = {"requestBody": {"required": True, **_body(SearchRequest, "the query")},
               "responses": {"200": _body(SearchResponse, "the hits and the version that served them"),
-                            **_errors(400, 401, 404, 413, 422, 502, 503)}, **secured}
+                            **_errors(400, 401, 404, 413, 422, 500, 502, 503)}, **secured}
     paths: dict[str, Any] = {
         "/v1/search": {"post": {"summary": "Search an index version (default: the production alias)",
                                 "operationId": "search", **search}},
@@ -45,10 +47,14 @@ def openapi_document(*, bearer: bool) -> dict[str, Any]:
                              "deprecated": True, **search}},
         "/v1/search/batch": {"post": {
             "summary": "Several searches in one request, answered in order, each with its own status",
+            "description": "Each query is validated and answered alone: one that is invalid (422, the error "
+                           "names its field) or fails (e.g. 404, 503, 500) gets `status` and `error` in its "
+                           "result, and the other queries are still answered.",
             "operationId": "search_batch",
             "requestBody": {"required": True, **_body(BatchSearchRequest, "the queries")},
-            "responses": {"200": _body(BatchSearchResponse, "one result per query"),
-                          **_errors(400, 401, 413, 422)}, **secured}},
+            "responses": {"200": _body(BatchSearchResponse, "one result per query: {status, result, error}"),
+                          **_errors(400, 401, 413, 422, s422="`queries` is missing, empty or over 32, or "
+                                                             "the body has an unknown field")}, **secured}},
         "/v1/versions": {"get": {"summary": "Index versions, the production alias and the default",
                                  "operationId": "versions",
                                  "responses": {"200": _body(VersionsResponse, "the versions"),

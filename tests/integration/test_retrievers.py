@@ -89,3 +89,19 @@ def test_langchain_retriever_returns_the_services_hits_as_documents(served):
 
     with pytest.raises(SearchServiceError, match="404"):
         ContextualRetriever(base_url=served, token=TOKEN, version="iv-nope", timeout_s=120).invoke("hotel")
+
+
+def test_retrievers_strip_their_token_and_refuse_bad_filters_before_sending(served):
+    from pydantic import ValidationError
+
+    from contextual_assets.retrievers.langchain import ContextualRetriever as LangChainRetriever
+    from contextual_assets.retrievers.llamaindex import ContextualRetriever as LlamaIndexRetriever
+
+    # A token read from a file or a Secret, with its newline: sent without it, so the service admits it.
+    token = f" {TOKEN}\n"
+    nodes = LlamaIndexRetriever(served, token=token, k=1, timeout_s=120).retrieve("hotel per night in London")
+    assert [n.node.metadata["document"] for n in nodes] == ["handbook.pdf"]
+    documents = LangChainRetriever(base_url=served, token=token, k=1, timeout_s=120).invoke("hotel per night")
+    assert [d.metadata["document"] for d in documents] == ["handbook.pdf"]
+    with pytest.raises(ValidationError, match="page_from"):
+        LlamaIndexRetriever(served, token=TOKEN, filter={"page_from": 10**40})

@@ -344,6 +344,48 @@ def test_v1_routes_batch_openapi_metrics_readiness_and_access_log(filled, store_
     assert not any("s3cret-token" in line for line in lines), "the token is never logged"
 
 
+def test_integers_out_of_range_are_a_422_naming_the_field_and_fail_alone_in_a_batch(filled, store_location,
+                                                                                     embedders):
+    """A page or k of 10**40 (DuckDB refuses integers over 128 bits) is refused at the boundary on both
+    back-ends, in every mode; the largest page the filter takes is a valid bound for both stores."""
+    from contextual_assets.models import MAX_PAGE
+
+    url, path = store_location
+    service = SearchService(open_store(url, path), embedders, max_k=20)
+    with serving(service) as base:
+        def search(**request) -> httpx.Response:
+            return httpx.post(f"{base}/v1/search", json={"query": "ninety days notice", **request}, timeout=60)
+
+        for mode in ("hybrid", "dense", "lexical"):
+            for field in ("page_from", "page_to"):
+                refused = search(mode=mode, filter={field: 10**40})
+                assert refused.status_code == 422, (mode, field, refused.text)
+                error = refused.json()["error"]
+                assert error.startswith(f"filter.{field}: ") and str(MAX_PAGE) in error and "\n" not in error
+            too_many = search(mode=mode, k=10**40)
+            assert too_many.status_code == 422 and "CTX_SERVE_MAX_K" in too_many.json()["error"], mode
+            beyond = search(mode=mode, k=3, filter={"page_from": MAX_PAGE})
+            assert beyond.status_code == 200 and beyond.json()["hits"] == [], (mode, beyond.text)
+            within = search(mode=mode, k=3, filter={"page_from": 1, "page_to": MAX_PAGE})  # every chunk passes
+            assert within.status_code == 200, (mode, within.text)
+            keys = [[(h["document"], h["ordinal"]) for h in r.json()["hits"]] for r in (within, search(mode=mode, k=3))]
+            assert keys[0] == keys[1] and keys[0], mode
+
+        batch = httpx.post(f"{base}/v1/search/batch", timeout=60, json={"queries": [
+            {"query": "ninety days notice", "k": 2}, {"query": "x", "filter": {"page_from": 10**40}},
+            {"query": "x", "k": 10**40}, {"query": "x", "filter": {"page_to": 10**40}, "mode": "dense"},
+            {"query": "hotel per night in London", "k": 1, "mode": "lexical"}]})
+        assert batch.status_code == 200, batch.text
+        results = batch.json()["results"]
+        assert [r["status"] for r in results] == [200, 422, 422, 422, 200], "each bad query fails alone"
+        assert results[0]["result"]["hits"][0]["section_path"] == ["Termination"]
+        assert results[1]["error"].startswith("filter.page_from: ") and "CTX_SERVE_MAX_K" in results[2]["error"]
+        assert results[3]["error"].startswith("filter.page_to: ")
+        assert all(r["result"] is None for r in results[1:4])
+        assert results[4]["result"]["hits"][0]["document"] == "handbook.pdf"
+    service.store.close()
+
+
 @pytest.mark.parametrize("store_location", ["duckdb"], indirect=True)
 def test_rerank_through_the_simulators_rerank_endpoint(filled, store_location, embedders):
     from bench.sim.fleet import FleetSimulator, relevance
@@ -400,7 +442,23 @@ def test_ctx_search_uses_a_running_ctx_serve_without_torch_or_dagster(tmp_path, 
                                     "--pages", "7-3"], env=client_env, cwd=REPO_ROOT, capture_output=True, text=True,
                                    timeout=120)
         assert backwards.returncode == 2 and backwards.stderr.strip() == \
-            "error: page_from (7) is after page_to (3)", backwards.stderr
+            "error: --pages '7-3': 7 is after 3; give FROM-TO with FROM <= TO", backwards.stderr
+        huge = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel", "--pages",
+                               f"{10**40}-"], env=client_env, cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert huge.returncode == 2 and huge.stderr == f"error: --pages '{10**40}-': page numbers run from 1 to " \
+            "2147483647\n", huge.stderr
+        # The service's own 422 (k over its CTX_SERVE_MAX_K, which the client cannot know) is one line too.
+        over_k = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel", "-k",
+                                 str(10**40)], env=client_env, cwd=REPO_ROOT, capture_output=True, text=True,
+                                timeout=120)
+        assert over_k.returncode == 2 and over_k.stderr.count("\n") == 1, over_k.stderr
+        assert "answered 422" in over_k.stderr and "CTX_SERVE_MAX_K" in over_k.stderr
+        # A token with a trailing newline (as a file or Secret gives it) is stripped by the client.
+        newline = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel", "-k", "1"],
+                                 env={**client_env, "CTX_SEARCH_TOKEN": "tok-123\n"}, cwd=REPO_ROOT,
+                                 capture_output=True, text=True, timeout=120)
+        assert newline.returncode == 0 and "handbook.pdf" in newline.stdout, newline.stderr
 
         refused = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel"],
                                  env={**client_env, "CTX_SEARCH_TOKEN": "wrong"}, cwd=REPO_ROOT, capture_output=True,

@@ -319,6 +319,112 @@ def test_keys_never_leave_the_inbox(tmp_path):
 # Prompt injection stays data
 
 
+# --------------------------------------------------------------------------------------------
+# The search service: its token, and the embedding key of older versions
+
+
+def test_ctx_serve_strips_its_token_so_a_secrets_trailing_newline_locks_nobody_out(env):
+    port = free_port()
+    # The token as a file or a Kubernetes Secret gives it, through the variable CTX_SEARCH_TOKEN_ENV names.
+    server_env = {**env, "CTX_SERVE_PORT": str(port), "CTX_SEARCH_TOKEN_ENV": "CTX_TEST_SERVE_TOKEN",
+                  "CTX_TEST_SERVE_TOKEN": "tok-nl\n", "CTX_HEADER_SOURCE": "structural"}
+    server = subprocess.Popen([sys.executable, "-m", "contextual_assets.app.cli", "serve", "--no-access-log"],
+                              env=server_env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300  # a loaded machine: the store and the service's imports first
+        while True:
+            assert server.poll() is None, server.stdout.read()
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "ctx serve did not start"
+            time.sleep(0.3)
+        invalid = {"query": ""}  # refused after the token check, before any store: 422 means admitted
+
+        def status(headers: dict) -> int:
+            return httpx.post(f"{base}/v1/search", json=invalid, headers=headers, timeout=30).status_code
+
+        assert status({"Authorization": "Bearer tok-nl"}) == 422
+        assert status({"Authorization": "Bearer tok-other"}) == 401 and status({}) == 401
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+class _EmbeddingEndpoint:
+    """A real OpenAI-compatible /v1/embeddings server on loopback that records the Authorization header of
+    each request and answers one fixed vector per input."""
+
+    def __init__(self, vector: list[float]):
+        self.auth: list[str] = []
+        endpoint = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                endpoint.auth.append(self.headers.get("Authorization", ""))
+                payload = json.dumps({"data": [{"index": i, "embedding": vector}
+                                               for i in range(len(body["input"]))]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> "_EmbeddingEndpoint":
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_version_built_on_another_embedding_endpoint_never_receives_the_configured_key(tmp_path, monkeypatch):
+    """A query naming an old version is embedded at that version's recorded endpoint, without the key
+    issued for the configured one; the configured endpoint (however its URL ends) still gets it."""
+    from contextual_assets.embedding import EmbedderCatalog
+    from contextual_assets.models import DocumentRecord, EmbeddedChunk, content_hash
+    from contextual_assets.serving.api import SearchRequest
+    from contextual_assets.serving.service import SearchService
+    from contextual_assets.store import open_store
+
+    monkeypatch.setenv("CTX_TEST_EMBED_KEY", "sk-EMB5ecret-Vv19")
+    with _EmbeddingEndpoint([1.0, 0.0, 0.0]) as configured, _EmbeddingEndpoint([1.0, 0.0, 0.0]) as other:
+        store = open_store(None, tmp_path / "index.duckdb")
+        versions = {"iv-old": ("old-model", other.base_url), "iv-sibling": ("sibling-model", configured.base_url + "/"),
+                    "iv-new": ("new-model", configured.base_url)}
+        for version, (model, base_url) in versions.items():
+            store.corpus.register_index_version(version, {"embedder": f"openai:{model}"}, recipe={"embedder": {
+                "identity": f"openai:{model}", "base_url": base_url, "model": model, "model_dir": ""}})
+            text = f"the {version} tide table"
+            store.corpus.replace_document(
+                DocumentRecord(doc_id="tides.txt", index_version=version, source_path="/in/tides.txt", kind="text",
+                               title="tides.txt", file_hash="ef" * 32, n_chunks=1, updated_at=""),
+                [EmbeddedChunk(doc_id="tides.txt", source_doc="tides.txt", title="tides.txt", ordinal=0,
+                               section_path=[], page_start=None, page_end=None, text=text, token_count=4,
+                               content_hash=content_hash(text), header="", header_source="structural",
+                               header_model="structural-v1", embedding=[1.0, 0.0, 0.0])])
+        catalog = EmbedderCatalog(configured.base_url, "new-model", api_key_env="CTX_TEST_EMBED_KEY")
+        service = SearchService(store, catalog)
+        for version in versions:
+            hits = service.search(SearchRequest(query="tide table", mode="dense", version=version)).hits
+            assert [h.document for h in hits] == ["tides.txt"], version
+        store.close()
+    assert other.auth == ["Bearer not-needed"], "the old version's endpoint got no credentials"
+    assert configured.auth == ["Bearer sk-EMB5ecret-Vv19"] * 2, "the configured endpoint, for both its models"
+
+
 class _RecordingProxy:
     """A pass-through HTTP proxy in front of the simulator that keeps every chat request body the
     simulator received."""

@@ -155,3 +155,83 @@ def test_in_memory_vectors_keep_the_most_recently_searched_versions_only():
         while vectors.top(version, [1.0, 0, 0, 0], 1) is None and time.monotonic() < deadline:
             time.sleep(0.01)
     assert vectors.versions == ["b", "c"]
+
+
+def test_page_bounds_are_refused_at_the_boundary_by_field():
+    from pydantic import ValidationError
+
+    from contextual_assets.models import MAX_PAGE, ChunkFilter
+    from contextual_assets.serving.api import SearchRequest
+
+    assert ChunkFilter(page_from=MAX_PAGE, page_to=MAX_PAGE).page_to == MAX_PAGE  # the bound itself is a page
+    for field in ("page_from", "page_to"):
+        with pytest.raises(ValidationError) as refused:
+            SearchRequest(query="q", filter={field: 10**40})
+        (error,) = refused.value.errors()
+        assert error["loc"] == ("filter", field) and error["type"] == "less_than_equal"
+
+
+def test_one_query_of_a_batch_that_is_invalid_or_fails_is_answered_alone():
+    from starlette.testclient import TestClient
+
+    from contextual_assets.serving.app import create_app
+
+    # No service: a query that passes validation fails unexpectedly (here, on the missing service), which
+    # must be that query's 500 as one JSON line, beside the other queries' own answers.
+    client = TestClient(create_app(service=None))
+    single = client.post("/v1/search", json={"query": "q"})
+    assert single.status_code == 500 and "service log" in single.json()["error"]
+    batch = client.post("/v1/search/batch", json={"queries": [
+        {"query": "q"}, {"query": "q", "filter": {"page_from": 10**40}}, {"query": ""}, "not an object"]})
+    assert batch.status_code == 200, batch.text
+    results = batch.json()["results"]
+    assert [r["status"] for r in results] == [500, 422, 422, 422]
+    assert all(r["result"] is None and "\n" not in r["error"] for r in results)
+    assert results[1]["error"].startswith("filter.page_from: ") and "2147483647" in results[1]["error"]
+    assert results[2]["error"].startswith("query: ")
+    too_many = client.post("/v1/search/batch", json={"queries": [{"query": "q"}] * 33})
+    assert too_many.status_code == 422 and "queries" in too_many.json()["error"]
+
+
+def test_tokens_are_stripped_by_the_server_and_the_client():
+    from starlette.testclient import TestClient
+
+    from contextual_assets.serving.app import create_app
+    from contextual_assets.serving.client import SearchClient, SearchServiceError, clean_token
+
+    assert clean_token(" tok\n") == "tok" and clean_token(" \n") is None and clean_token(None) is None
+    app = TestClient(create_app(service=None, token="s3cret\n"))  # a Secret mounted with its newline
+    invalid = {"query": ""}  # refused after the token check: a 422 means the token was accepted
+    assert app.post("/v1/search", json=invalid, headers={"Authorization": "Bearer s3cret"}).status_code == 422
+    assert app.post("/v1/search", json=invalid, headers={"Authorization": "Bearer other"}).status_code == 401
+    assert SearchClient("http://127.0.0.1:9", " s3cret\n")._client.headers["Authorization"] == "Bearer s3cret"
+    with pytest.raises(SearchServiceError, match="printable ASCII"):
+        SearchClient("http://127.0.0.1:9", "s3c\nret")
+
+
+def test_an_older_versions_recorded_endpoint_gets_no_embedding_key(monkeypatch):
+    from contextual_assets.embedding import EmbedderCatalog
+
+    monkeypatch.setenv("CTX_TEST_EMBED_KEY", "embed-secret\n")
+    catalog = EmbedderCatalog("http://embed.internal/v1", "new-model", api_key_env="CTX_TEST_EMBED_KEY")
+
+    def sent(identity: str, base_url: str) -> str:
+        embedder = catalog.for_identity(identity, {"identity": identity, "base_url": base_url, "model": ""})
+        return embedder.client.headers["Authorization"]
+
+    assert catalog.get().client.headers["Authorization"] == "Bearer embed-secret"
+    assert sent("openai:sibling", "http://embed.internal/v1/") == "Bearer embed-secret"  # the same endpoint
+    assert sent("openai:sibling-2", "") == "Bearer embed-secret"  # no recorded endpoint: the configured one
+    assert sent("openai:old-model", "http://elsewhere.example/v1") == "Bearer not-needed"
+    local = EmbedderCatalog(api_key_env="CTX_TEST_EMBED_KEY")  # a local model configured: no endpoint has the key
+    assert local.for_identity("openai:old", {"base_url": "http://embed.internal/v1"}).client.headers[
+        "Authorization"] == "Bearer not-needed"
+
+
+@pytest.mark.parametrize("host, loopback", [
+    ("127.0.0.1", True), ("127.0.0.9", True), ("localhost", True), ("::1", True), ("[::1]", True),
+    ("0.0.0.0", False), ("::", False), ("10.1.2.3", False), ("search.example.com", False)])
+def test_which_hosts_count_as_loopback(host, loopback):
+    from contextual_assets.app.commands.serve import is_loopback
+
+    assert is_loopback(host) is loopback

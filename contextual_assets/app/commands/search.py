@@ -5,22 +5,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from pydantic import ValidationError
 
 from contextual_assets.app.cli import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
-from contextual_assets.models import ChunkFilter
+from contextual_assets.models import MAX_PAGE, ChunkFilter
 from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.serving.api import SearchRequest, SearchResponse
-from contextual_assets.serving.client import SearchClient, SearchServiceError, SearchServiceUnavailable
+from contextual_assets.serving.client import (
+    SearchClient,
+    SearchServiceError,
+    SearchServiceUnavailable,
+    token_from_env,
+)
 from contextual_assets.settings import PlatformSettings
 
 # Search answers that mean the request or the settings must change (exit 2), not that nothing was found.
 _USAGE_STATUSES = (400, 401, 403, 413, 422)
 # Search answers from a service that is up while what it needs is not (e.g. the reranker).
 _UNAVAILABLE_STATUSES = (502, 503, 504)
+# The option that sets each request field, for messages about an invalid value.
+_OPTIONS = {"k": "-k", "query": "the query", "documents": "--document", "path_prefix": "--path-prefix",
+            "section": "--section", "page_from": "--pages", "page_to": "--pages"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
                                 rerank=args.rerank, filter=_filter(args))
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(map(str, first["loc"]))
+        field = next((str(p) for p in first["loc"] if p != "filter"), "")
+        where = _OPTIONS.get(field, field)
         print(f"error: {where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as exc:  # a --pages that is not a page range
@@ -81,24 +89,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _filter(args: argparse.Namespace) -> ChunkFilter | None:
-    page_from = page_to = None
-    if args.pages:
-        start, dash, end = args.pages.partition("-")
-        try:
-            page_from, page_to = (int(start) if start else None), (int(end) if end else None)
-        except ValueError:
-            dash = ""
-        if not dash or (page_from is None and page_to is None):
-            raise ValueError(f"--pages {args.pages!r}: give FROM-TO, FROM- or -TO with page numbers, e.g. 3-7")
+    page_from, page_to = _page_range(args.pages) if args.pages is not None else (None, None)
     where = ChunkFilter(documents=args.document, path_prefix=args.path_prefix, section=args.section,
                         page_from=page_from, page_to=page_to)
     return None if where.is_empty() else where
 
 
+def _page_range(text: str) -> tuple[int | None, int | None]:
+    """`--pages` FROM-TO, FROM- or -TO as (page_from, page_to); a ValueError naming the option otherwise."""
+    start, dash, end = (part.strip() for part in text.partition("-"))
+    if not dash or not (start or end) or not all(p.isdecimal() for p in (start, end) if p):
+        raise ValueError(f"--pages {text!r}: give FROM-TO, FROM- or -TO with page numbers, e.g. 3-7")
+    # The length first: int() refuses over 4300 digits, and no page needs more digits than MAX_PAGE.
+    if any(p and (len(p) > len(str(MAX_PAGE)) or not 1 <= int(p) <= MAX_PAGE) for p in (start, end)):
+        raise ValueError(f"--pages {text!r}: page numbers run from 1 to {MAX_PAGE}")
+    page_from, page_to = (int(p) if p else None for p in (start, end))
+    if page_from is not None and page_to is not None and page_from > page_to:
+        raise ValueError(f"--pages {text!r}: {page_from} is after {page_to}; give FROM-TO with FROM <= TO")
+    return page_from, page_to
+
+
 def _search_remote(settings: PlatformSettings, request: SearchRequest) -> SearchResponse | int:
     """The running service's answer, or the exit code of its refusal (said on stderr)."""
     try:
-        client = SearchClient(settings.search_url, os.environ.get(settings.search_token_env) or None)
+        client = SearchClient(settings.search_url, token_from_env(settings.search_token_env))
         return client.search(request)
     except SearchServiceUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)

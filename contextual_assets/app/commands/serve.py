@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
-import os
 import sys
 
 import uvicorn
 
-from contextual_assets.app.cli import EXIT_OK
+from contextual_assets.app.cli import EXIT_OK, EXIT_USAGE
 from contextual_assets.serving.app import ACCESS_LOG, create_app
+from contextual_assets.serving.client import token_from_env
 from contextual_assets.serving.service import service_from_settings
 from contextual_assets.settings import PlatformSettings
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
                         help="one line per request on stderr: client, method, path, status, milliseconds; "
                              "never a header, so never the token (default: on)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="serve on a non-loopback address without a token (refused otherwise: anyone who "
+                             "reaches the port could search the index)")
 
 
 def _port(text: str) -> int:
@@ -31,15 +33,29 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def is_loopback(host: str) -> bool:
+    """Only this machine can reach `host` (localhost, 127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
     settings = PlatformSettings.from_env()
-    token = os.environ.get(settings.search_token_env) or None
+    token = token_from_env(settings.search_token_env)
     host = args.host or settings.serve_host
     port = args.port or settings.serve_port
+    if not is_loopback(host) and not token:
+        if not args.insecure:  # checked before anything loads: a misdeployment fails at once, by name
+            print(f"error: refusing to serve on {host} without a token: set {settings.search_token_env}, "
+                  "or pass --insecure to serve without one", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"warning: serving on {host} without a token (--insecure); set {settings.search_token_env} to "
+              "require one", file=sys.stderr)
     service = service_from_settings(settings, long_lived=True)
-    if host not in LOOPBACK and not token:
-        print(f"warning: serving on {host} without a token; set {settings.search_token_env} to require one",
-              file=sys.stderr)
     default = service.default_version()
     print(f"serving {service.store.location} on http://{host}:{port} "
           f"({service.alias} -> {service.production() or 'not set'}; default {default or 'none'}; "
