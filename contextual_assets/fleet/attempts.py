@@ -75,9 +75,12 @@ class Attempts:
         """The chat completion (`state.client`, a `ChatClient`), with HTTP errors sorted into
         retry-elsewhere or give-up. Transport errors go up to `send`."""
         try:
+            # The first attempt is greedy; a retry samples, with the attempt as its seed (vLLM and llama.cpp
+            # take `seed`): the same server gives a re-run the same answers.
+            extra_body = request.extra_body if attempt == 1 else {"seed": attempt, **(request.extra_body or {})}
             return await state.client.complete(
                 model=state.model, messages=request.messages, max_tokens=request.max_tokens,
-                temperature=0.0 if attempt == 1 else 0.7, extra_body=request.extra_body,
+                temperature=0.0 if attempt == 1 else 0.7, extra_body=extra_body,
             )
         except ChatBadRequestError as exc:
             # The replica answered: it is healthy, the request is not. Retrying cannot help.
