@@ -47,6 +47,12 @@ class PlatformSettings(BaseSettings):
                                                         "whose run failed before it gives up)")
     inbox_retry_base_s: float = Field(60.0, ge=0, description="seconds >= 0 before the first re-request of a failed "
                                                               "document (doubled for each further one)")
+    inbox_max_remove: int = Field(20, ge=0, description="an integer >= 0 (a sensor tick that would remove more "
+                                                        "documents than this removes none until `ctx inbox "
+                                                        "confirm-removals`)")
+    inbox_max_remove_share: float = Field(0.2, ge=0, le=1, description="a share from 0 to 1 of the inbox's "
+                                          "documents one tick may remove (at least one; removing all of them is "
+                                          "held too, unless 1); a tick over it removes none until confirmed")
     ingest_retries: int = Field(2, ge=0, description="an integer >= 0 (in-run retries of an ingest step that "
                                                      "failed for a retryable reason)")
     ingest_retry_delay_s: float = Field(10.0, ge=0, description="seconds >= 0 before the first in-run retry "

@@ -35,11 +35,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "search": ("search", "search the index"),
     "serve": ("serve", "serve search over HTTP (POST /v1/search and /v1/search/batch, GET /v1/versions, "
                        "/healthz, /readyz, /metrics, /openapi.json)"),
-    "rollback": ("rollback", "point the production alias back at its previous version"),
+    "rollback": ("rollback", "point the production alias back at an older version (repeated: older still; "
+                             "--to VERSION)"),
     "eval": ("evaluate", "evaluate the candidate index against production; promote it if the gate passes "
                          "(exit 0 passed, 1 blocked)"),
     "status": ("status", "store, settings, index versions with their coverage, the candidate, and the "
                          "header fleet's health"),
+    "inbox": ("inbox", "the removals the inbox sensor holds back (too many at once): list them, or confirm them"),
 }
 
 

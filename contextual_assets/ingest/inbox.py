@@ -1,6 +1,11 @@
 """One tick of the `new_documents` sensor (`plan_tick`): what it does about each entry of the inbox
 listing (`inbox_listing`): a new or changed file is taken once it has settled, a file that is gone is
 removed, a refused one is logged once. The sensor applies the plan (partitions, runs, store).
+
+Removals are guarded (`removal_guard`): a tick in which more documents are missing from the listing than
+`CTX_INBOX_MAX_REMOVE`, or than `CTX_INBOX_MAX_REMOVE_SHARE` of the inbox's documents, or all of them
+(an unmounted share, an emptied prefix), removes none of them: it holds them until an operator confirms
+(`ctx inbox confirm-removals`), while the rest of the tick goes on.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from contextual_assets.ingest.inbox_listing import (
 )
 from contextual_assets.parsing.dispatch import over_limit
 from contextual_assets.parsing.objects import is_object_url
-from contextual_assets.store.inbox_state import InboxEntryRow
+from contextual_assets.settings import PlatformSettings
+from contextual_assets.store.inbox_state import HeldRemoval, InboxEntryRow
 
 # The listing's names are imported from here too (the sensor, the CLI, the tests, the benchmarks).
 __all__ = [
@@ -42,6 +48,7 @@ __all__ = [
     "open_inbox",
     "pending_change",
     "plan_tick",
+    "removal_guard",
     "run_key_part",
     "settled",
     "unsupported",
@@ -55,6 +62,13 @@ class TickSettings(BaseModel):
     settle_s: float
     max_bytes: int
     retry_limit: int
+    max_remove: int = PlatformSettings.default("inbox_max_remove")
+    max_remove_share: float = PlatformSettings.default("inbox_max_remove_share")
+
+
+# Documents removed in one tick at most (the rest at the next ticks): a confirmed mass removal must not
+# outlast the sensor's evaluation timeout (each purge is a transaction, each object check a request).
+REMOVALS_PER_TICK = 200
 
 
 class TickPlan(BaseModel):
@@ -64,6 +78,9 @@ class TickPlan(BaseModel):
     requests: list[str] = Field(default_factory=list)  # paths to request runs for
     removed: list[str] = Field(default_factory=list)  # documents whose file is gone (purge, delete partition)
     messages: list[tuple[str, str]] = Field(default_factory=list)  # (level, text) for the tick's log
+    held: list[HeldRemoval] = Field(default_factory=list)  # removals held after this tick (new or still held)
+    released: list[str] = Field(default_factory=list)  # paths whose held removal is over (done, or back)
+    hold_reason: str | None = None  # why this tick held removals (the sensor's warning and skip reason)
 
 
 class Registry:
@@ -112,10 +129,30 @@ def run_key_part(row: InboxEntryRow) -> str:
     return f"{row.doc_id}@{revision}@{row.mtime_ns}{retry}"
 
 
+def removal_guard(missing: int, documents: int, max_remove: int, max_share: float) -> str | None:
+    """Why a tick in which `missing` of the inbox's `documents` are missing from the listing must remove
+    none of them, or None when it may remove them. Held: more than `max_remove`; more than `max_share` of
+    the documents (a tick may always remove one); all of them, unless `max_share` is 1 (an unmounted share
+    is an empty folder, an emptied prefix an empty listing: both look like every file deleted)."""
+    if missing <= 0:
+        return None
+    if missing >= documents and max_share < 1:
+        return (f"all {documents} of the inbox's documents are missing from its listing (an unmounted share, an "
+                "emptied prefix?)")
+    if missing > max_remove:
+        return (f"{missing} documents are missing from the inbox listing, more than CTX_INBOX_MAX_REMOVE "
+                f"({max_remove}) removes in one tick")
+    if missing > max(1, int(max_share * documents)):
+        return (f"{missing} of the inbox's {documents} documents are missing from its listing, more than "
+                f"CTX_INBOX_MAX_REMOVE_SHARE ({max_share:g}) removes in one tick")
+    return None
+
+
 def plan_tick(inbox: Inbox, listing: Listing, rows: dict[str, InboxEntryRow], existing: set[str],
-              registry: Registry, settings: TickSettings) -> TickPlan:
+              registry: Registry, settings: TickSettings, held: dict[str, HeldRemoval] | None = None) -> TickPlan:
     """The listing against the stored entries: which entries change, which revisions are taken and
-    requested, which documents are gone. Reads a file's content only to hash a new, settled file."""
+    requested, which documents are gone (guarded: `removal_guard`; `held` are the removals held so far).
+    Reads a file's content only to hash a new, settled file."""
     plan = TickPlan(rows=dict(rows))
     claimed = {item.key: path for path, item in listing.files.items()}
     for path, item in listing.files.items():
@@ -128,15 +165,15 @@ def plan_tick(inbox: Inbox, listing: Listing, rows: dict[str, InboxEntryRow], ex
         update = {"status": "refused", "reason": refused.reason, "settled_at": settings.now}
         plan.rows[path] = row.model_copy(update=update) if row is not None else InboxEntryRow(
             path=path, size=refused.size, mtime_ns=refused.mtime_ns, first_seen=settings.now, **update)
-    for path, row in rows.items():
-        if path in listing.files or path in listing.refused:
-            continue
-        _plan_missing(plan, inbox, row, existing, claimed)
+    missing = [row for path, row in rows.items() if path not in listing.files and path not in listing.refused
+               and _plan_missing(plan, row, existing, claimed)]
+    _plan_removals(plan, inbox, missing, rows, held or {}, settings)
+    held_paths = {h.path for h in plan.held}
     for path, row in plan.rows.items():
         # Requests of a tick whose cursor was never committed (the daemon stopped before launching
         # them) are made again, with the same run key: Dagster launches a run key once.
         if (row.status == "requested" and row.requested_tick is not None and row.requested_tick > settings.committed_tick
-                and path not in plan.requests and not pending_change(row)):
+                and path not in plan.requests and path not in held_paths and not pending_change(row)):
             plan.requests.append(path)
     return plan
 
@@ -221,23 +258,55 @@ def _owner_conflict(inbox: Inbox, item: ListedFile, registry: Registry) -> str |
             "of them")
 
 
-def _plan_missing(plan: TickPlan, inbox: Inbox, row: InboxEntryRow, existing: set[str],
-                  claimed: dict[str, str]) -> None:
+def _plan_missing(plan: TickPlan, row: InboxEntryRow, existing: set[str], claimed: dict[str, str]) -> bool:
+    """An entry missing from the listing: True when its document would be removed (guarded)."""
     if row.status == "removed":
         if row.doc_id in existing and row.doc_id not in claimed:
             plan.removed.append(row.doc_id)  # the partition's delete request was lost: ask again
         else:
             plan.deletes.append(row.path)
-        return
+        return False
     if row.revision is None or row.doc_id is None:
         plan.deletes.append(row.path)  # never taken: nothing to undo
-        return
-    if not inbox.gone(row.path):
-        return  # unreadable for a moment, not removed
+        return False
     if row.doc_id in claimed:
         plan.deletes.append(row.path)  # another name now holds this key
-        return
-    plan.removed.append(row.doc_id)
-    plan.messages.append(("info", f"{row.doc_id}: file removed from the inbox"))
-    plan.rows[row.path] = row.model_copy(update={"status": "removed", "next_retry": None})
+        return False
+    return True
 
+
+def _plan_removals(plan: TickPlan, inbox: Inbox, missing: list[InboxEntryRow], rows: dict[str, InboxEntryRow],
+                   held: dict[str, HeldRemoval], settings: TickSettings) -> None:
+    """Remove the documents of `missing`, unless the guard holds them: then only those an operator confirmed
+    are removed, the others are held (recorded, with a warning every tick until confirmed or back)."""
+    confirmed = {row.path for row in missing if row.path in held and held[row.path].confirmed_at is not None}
+    unconfirmed = [row for row in missing if row.path not in confirmed]
+    documents = sum(1 for r in rows.values()
+                    if r.revision is not None and r.doc_id is not None and r.status != "removed")
+    reason = removal_guard(len(unconfirmed), documents, settings.max_remove, settings.max_remove_share)
+    removing = sorted((row for row in missing if reason is None or row.path in confirmed), key=lambda r: r.path)
+    holding = [] if reason is None else unconfirmed
+    for row in holding:
+        previous = held.get(row.path)
+        plan.held.append(previous if previous is not None else
+                         HeldRemoval(path=row.path, doc_id=row.doc_id or "", held_at=settings.now, reason=reason))
+    if holding:
+        plan.hold_reason = (f"{reason}; none of them removed (held: {len(holding)}, listed by `ctx inbox held`): "
+                            "check the inbox, then `ctx inbox confirm-removals` removes them at the next tick")
+        plan.messages.append(("warning", plan.hold_reason))
+    deferred = removing[REMOVALS_PER_TICK:]
+    done: set[str] = set()
+    for row in removing[:REMOVALS_PER_TICK]:
+        if not inbox.gone(row.path):
+            continue  # unreadable for a moment, not removed
+        done.add(row.path)
+        plan.removed.append(row.doc_id)
+        plan.messages.append(("info", f"{row.doc_id}: file removed from the inbox"
+                                      + (" (removal confirmed)" if row.path in confirmed else "")))
+        plan.rows[row.path] = row.model_copy(update={"status": "removed", "next_retry": None})
+    if deferred:
+        plan.messages.append(("info", f"{len(deferred)} more removals at the next ticks ({REMOVALS_PER_TICK} a tick)"))
+    # A confirmation lasts until its removal is done (or the file is back in the listing).
+    keep = {h.path for h in plan.held} | (confirmed - done)
+    plan.held.extend(held[path] for path in sorted(confirmed - done))
+    plan.released = sorted(set(held) - keep)

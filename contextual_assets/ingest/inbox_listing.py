@@ -74,16 +74,19 @@ class LocalInbox:
             # A missing or unmounted inbox is not "every file was deleted".
             raise InboxUnavailable(f"inbox {self.root} is missing or not a directory; nothing changed")
         listing: Listing = Listing()
-        self._walk(self.root.absolute(), "", listing, {})
+        self._walk(self.root.absolute(), "", listing, {}, top=True)
         return listing
 
-    def _walk(self, directory: Path, prefix: str, listing: Listing, keys: dict[str, str]) -> None:
+    def _walk(self, directory: Path, prefix: str, listing: Listing, keys: dict[str, str], top: bool = False) -> None:
         """Files before sub-folders, each sorted by name (os.walk's order); hidden entries and linked
         folders are skipped. A regular file's key needs no path resolution (nothing on the way to it
         is a link), which keeps an unchanged tick over 10,000 files to stat calls."""
         try:
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError:
+        except OSError as exc:
+            if top:  # an unreadable inbox is not an empty one
+                raise InboxUnavailable(f"inbox {self.root} cannot be read ({exc.strerror or exc}); nothing "
+                                       "changed") from None
             return  # vanished or unreadable folder: its files are checked one by one when removed
         subdirs = []
         for item in entries:
@@ -116,7 +119,14 @@ class LocalInbox:
         return file_sha256(Path(item.path))
 
     def gone(self, path: str) -> bool:
-        return not os.path.lexists(path)
+        """Known not to exist; a path that cannot be checked (a folder without permission) is not gone."""
+        try:
+            os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return True
+        except OSError:
+            return False
+        return False
 
     def source_path(self, path: str) -> str:
         # The resolved path: a file swapped for a symlink later is refused when read.
@@ -168,7 +178,17 @@ class ObjectInbox:
         return item.etag or ""
 
     def gone(self, path: str) -> bool:
-        return True  # the listing succeeded and is authoritative (S3 listings are strongly consistent)
+        """Known not to exist: asked of the store itself (a HEAD request on S3), past any cached listing.
+        An object that cannot be checked (unreachable endpoint, credentials, permissions) is not gone."""
+        try:
+            fs, name = filesystem_for(path)
+            fs.invalidate_cache(name)
+            fs.info(name)
+        except FileNotFoundError:
+            return True
+        except Exception:  # noqa: BLE001 - could not check: keep the document
+            return False
+        return False
 
     def source_path(self, path: str) -> str:
         return path

@@ -5,7 +5,9 @@ or changed file is taken once it has settled (`CTX_INBOX_SETTLE_S`), registered 
 one loses its partition and its rows; a refused one is logged once. Documents whose run failed are
 requested again after `CTX_INBOX_RETRY_BASE_S` x 2^n seconds, up to `CTX_INBOX_RETRY_LIMIT` times, or
 given up when the run says a retry would fail the same way. Only entries that changed are written; the
-cursor is a tick counter and two timestamps.
+cursor is a tick counter and two timestamps. A tick that would remove too many documents at once removes
+none and holds them (`removal_guard`) until `ctx inbox confirm-removals`; a purge keeps a document's rows
+in the versions production can roll back to (`Corpus.purge_document`), released once they no longer can.
 
 The orchestrator (the Dagster sensor) supplies the partitions it knows and its run history
 (`RunHistory`), and turns the `TickOutcome` into its own run and partition requests.
@@ -21,10 +23,11 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contextual_assets.models import SourceRecord
+from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.parsing.dispatch import DEFAULT_MAX_BYTES
 from contextual_assets.settings import PlatformSettings
 from contextual_assets.store import ChunkStore
-from contextual_assets.store.inbox_state import InboxEntryRow
+from contextual_assets.store.inbox_state import HeldRemoval, InboxEntryRow
 
 from .inbox import (
     InboxUnavailable,
@@ -52,6 +55,8 @@ class InboxOptions(BaseModel):
     settle_s: float = PlatformSettings.default("inbox_settle_s")
     retry_limit: int = PlatformSettings.default("inbox_retry_limit")
     retry_base_s: float = PlatformSettings.default("inbox_retry_base_s")
+    max_remove: int = PlatformSettings.default("inbox_max_remove")
+    max_remove_share: float = PlatformSettings.default("inbox_max_remove_share")
     max_bytes: int = DEFAULT_MAX_BYTES
     interval_s: int = 15
 
@@ -59,7 +64,9 @@ class InboxOptions(BaseModel):
     def from_settings(cls, settings: PlatformSettings) -> InboxOptions:
         return cls(inbox=settings.inbox, partitions_per_run=settings.partitions_per_run,
                    settle_s=settings.inbox_settle_s, retry_limit=settings.inbox_retry_limit,
-                   retry_base_s=settings.inbox_retry_base_s, max_bytes=int(settings.max_file_mb * 1_000_000))
+                   retry_base_s=settings.inbox_retry_base_s, max_remove=settings.inbox_max_remove,
+                   max_remove_share=settings.inbox_max_remove_share,
+                   max_bytes=int(settings.max_file_mb * 1_000_000))
 
 
 class SensorCursor(BaseModel):
@@ -120,6 +127,7 @@ class TickOutcome(BaseModel):
     messages: list[tuple[str, str]] = []  # (level, text)
     cursor: str | None = None
     skipped: str | None = None  # the inbox could not be listed: nothing changed
+    held: str | None = None  # why removals were held back this tick (they wait for a confirmation)
 
 
 class InboxWatcher:
@@ -137,23 +145,26 @@ class InboxWatcher:
         except InboxUnavailable as exc:
             return TickOutcome(skipped=str(exc))  # the cursor and the state stay as they were
         rows = store.inbox_state.entries(self.inbox.location)
+        held = store.inbox_state.held_removals(self.inbox.location)
         existing = set(partitions)
         settings = TickSettings(now=now, tick=cursor.tick + 1, committed_tick=cursor.tick,
                                 settle_s=self.options.settle_s, max_bytes=self.options.max_bytes,
-                                retry_limit=self.options.retry_limit)
+                                retry_limit=self.options.retry_limit, max_remove=self.options.max_remove,
+                                max_remove_share=self.options.max_remove_share)
         registry = Registry(lambda: {s.doc_id: (s.path, s.file_hash) for s in store.corpus.list_sources()},
                             store.inbox_state.held_revisions)
-        plan = plan_tick(self.inbox, listing, rows, existing, registry, settings)
+        plan = plan_tick(self.inbox, listing, rows, existing, registry, settings, held)
         runs_until = self._record_failed_runs(history, plan, cursor, now)
         self._request_due_retries(plan, settings)
-        outcome = self._apply(plan, rows, partitions, store, settings.tick)
+        outcome = self._apply(plan, rows, held, partitions, store, settings.tick)
         outcome.cursor = SensorCursor(tick=settings.tick, runs_until=round(runs_until, 3),
                                       scanned_at=round(now, 3)).model_dump_json()
         return outcome
 
-    def _apply(self, plan: TickPlan, rows: dict[str, InboxEntryRow], partitions: list[str], store: ChunkStore,
-               tick: int) -> TickOutcome:
-        """Writes the tick's state (sources, purges, entries) and says which runs and partitions follow."""
+    def _apply(self, plan: TickPlan, rows: dict[str, InboxEntryRow], held: dict[str, HeldRemoval],
+               partitions: list[str], store: ChunkStore, tick: int) -> TickOutcome:
+        """Writes the tick's state (sources, purges, entries, held removals) and says which runs and
+        partitions follow."""
         existing = set(partitions)
         # Sources first: an entry saved as taken always has its source registered. One transaction for
         # every new revision (one per file is minutes for 10,000 files on DuckDB).
@@ -172,14 +183,26 @@ class InboxWatcher:
                 for keys in partition_ranges(order, group, self.options.partitions_per_run,
                                              cost=lambda k: plan.rows[requested[k]].size)]
         messages = list(plan.messages)
-        for key in sorted(removed):
-            purged = store.corpus.purge_document(key)
-            messages.append(("info", f"{key}: purged {purged} chunks"))
+        purged = {key: store.corpus.purge_document(key, PRODUCTION_ALIAS) for key in sorted(removed)}
+        kept: dict[str, list[str]] = {}
+        for version, doc_ids in (store.corpus.retained() if purged else {}).items():
+            for doc_id in doc_ids:
+                kept.setdefault(doc_id, []).append(version)
+        for key, count in purged.items():
+            where = f" (kept in {', '.join(kept[key])}, which {PRODUCTION_ALIAS} can roll back to)" \
+                if key in kept else ""
+            messages.append(("info", f"{key}: purged {count} chunks{where}"))
+        released = store.corpus.release_retained(PRODUCTION_ALIAS)
+        if released:
+            messages.append(("info", f"purged {released} chunks kept for versions {PRODUCTION_ALIAS} can no longer "
+                                     "roll back to"))
         store.inbox_state.save_entries(
             self.inbox.location, [r for p, r in plan.rows.items() if rows.get(p) != r and p not in plan.deletes],
             plan.deletes)
+        store.inbox_state.save_held_removals(self.inbox.location, [h for h in plan.held if held.get(h.path) != h],
+                                             plan.released)
         return TickOutcome(runs=runs, add_partitions=added, delete_partitions=sorted(removed & existing),
-                           messages=messages)
+                           messages=messages, held=plan.hold_reason)
 
     def _run(self, plan: TickPlan, paths: Sequence[str], tick: int) -> RunSpec:
         """One run over the documents at `paths` (a contiguous partition range); the run key names each
@@ -249,10 +272,11 @@ class InboxWatcher:
                                       "reason": f"run {run_id} failed"})
 
     def _request_due_retries(self, plan: TickPlan, settings: TickSettings) -> None:
+        held = {h.path for h in plan.held}
         for path, row in plan.rows.items():
             if (row.status != "retrying" or row.next_retry is None or row.next_retry > settings.now
-                    or pending_change(row)):
-                continue  # a file being changed is retried as its new revision once that settles
+                    or pending_change(row) or path in held):
+                continue  # a file being changed is retried as its new revision once that settles; a missing one not
             plan.rows[path] = row.model_copy(update={"status": "requested", "next_retry": None,
                                                      "requested_tick": settings.tick, "run_key": None})
             plan.requests.append(path)

@@ -1,5 +1,7 @@
 """Where a deployment stands (`ctx status`): the store, the settings' current index version, production
-and what it lags behind, every version with its coverage, the candidate, and the header fleet's health."""
+and what it lags behind, every version with its coverage, the candidate, the header fleet's health,
+production's alias history with the versions a rollback can return to, the documents kept for a rollback,
+and the inbox removals held back for a confirmation."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from contextual_assets.errors import ContextualError
 from contextual_assets.fleet.health import fleet_health
+from contextual_assets.ingest.inbox_listing import open_inbox
 from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.parsing.objects import is_object_url, local_location
 from contextual_assets.platform import Platform
@@ -34,6 +37,14 @@ class DeploymentStatus(BaseModel):
     production_lag: dict[str, Any] | None
     index_versions: list[dict[str, Any]]
     fleet: list[dict[str, Any]] | None
+    # Every change of production, oldest first, and the versions `ctx rollback` can return to, nearest first
+    # (the first is where a plain `ctx rollback` goes; `--to` takes any of them).
+    alias_history: list[dict[str, Any]] = Field(default_factory=list)
+    rollback_targets: list[str] = Field(default_factory=list)
+    # Version -> documents whose file is gone that it still holds, because production can roll back to it.
+    retained: dict[str, list[str]] = Field(default_factory=dict)
+    # Removals the inbox sensor holds back until `ctx inbox confirm-removals` (too many at once).
+    held_removals: list[dict[str, Any]] = Field(default_factory=list)
     lag: VersionCoverage | None = Field(default=None, exclude=True)  # production_lag, with its summary
 
 
@@ -70,5 +81,9 @@ def deployment_status(platform: Platform) -> DeploymentStatus:
         production_lag=lag.metadata() | {"index_version": lag.index_version} if lag is not None else None,
         index_versions=versions,
         fleet=fleet_health(platform.headers) if source == "openai" else None,
+        alias_history=store.aliases.history(PRODUCTION_ALIAS),
+        rollback_targets=store.aliases.rollback_targets(PRODUCTION_ALIAS),
+        retained=store.corpus.retained(),
+        held_removals=[h.model_dump() for h in store.inbox_state.held_removals(open_inbox(inbox).location).values()],
         lag=lag,
     )

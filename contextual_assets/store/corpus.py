@@ -9,6 +9,8 @@ from typing import Any, Protocol
 
 from ..errors import StaleDocumentError
 from ..models import DocumentRecord, EmbeddedChunk, HeaderedChunk, SourceRecord
+from ..names import PRODUCTION_ALIAS
+from .aliases import rollback_targets, stack_on
 from .backend import Backend, utc_now, write_transaction
 from .lexical_index import LexicalIndex
 
@@ -35,7 +37,9 @@ class Corpus(Protocol):
                          require_current_source: bool = False) -> None: ...
     def replace_documents(self, documents: list[tuple[DocumentRecord, list[EmbeddedChunk]]],
                           require_current_source: bool = False) -> None: ...
-    def purge_document(self, doc_id: str) -> int: ...
+    def purge_document(self, doc_id: str, alias: str = PRODUCTION_ALIAS) -> int: ...
+    def release_retained(self, alias: str = PRODUCTION_ALIAS) -> int: ...
+    def retained(self) -> dict[str, list[str]]: ...
     def documents(self, index_version: str | None = None) -> list[DocumentRecord]: ...
     def count_chunks(self, index_version: str | None = None, doc_id: str | None = None) -> int: ...
     def chunks(self, index_version: str, doc_id: str | None = None) -> list[HeaderedChunk]: ...
@@ -180,20 +184,86 @@ class CorpusTable:
         )
 
     @write_transaction
-    def purge_document(self, doc_id: str) -> int:
-        """Remove a document from every index version and forget its source. On DuckDB its versions'
-        postings are compacted again, so no term of it stays behind in the compacted rows."""
+    def purge_document(self, doc_id: str, alias: str = PRODUCTION_ALIAS) -> int:
+        """Remove a document whose file is gone and forget its source; the chunks removed.
+
+        It leaves every index version except those `alias` can roll back to (its walk-back stack below the
+        version it points at, aliases.py): there its rows stay, recorded in `ctx_retained_documents`, until
+        that version can no longer be returned to (`release_retained`). Read under the alias lock, so no
+        promotion slips between the stack read and the delete. On DuckDB the versions it leaves have their
+        postings compacted again, so no term of it stays behind in the compacted rows."""
         db = self._backend
         with db.transaction() as cur:
-            count = db.fetch(cur, "SELECT count(*) FROM ctx_chunks WHERE doc_id = ?", (doc_id,))
-            versions = [r[0] for r in db.fetch(cur, "SELECT index_version FROM ctx_documents WHERE doc_id = ? "
-                                               "AND lexical_compacted ORDER BY index_version", (doc_id,))
-                        ] if db.compacts_lexical else []
-            for table in ("ctx_chunks", "ctx_lexical_postings", "ctx_documents", "ctx_sources"):
-                db.exec(cur, f"DELETE FROM {table} WHERE doc_id = ?", (doc_id,))
-            for version in versions:
-                self._lexical.compact(cur, version)
+            db.lock_aliases(cur)
+            targets = set(rollback_targets(stack_on(db, cur, alias)))
+            held = {r[0] for r in db.fetch(cur, "SELECT DISTINCT index_version FROM ctx_documents WHERE doc_id = ?",
+                                           (doc_id,))}
+            keep = sorted(held & targets)
+            count = self._delete_rows(cur, doc_id, keep=keep)
+            db.exec(cur, "DELETE FROM ctx_sources WHERE doc_id = ?", (doc_id,))
+            db.exec(cur, "DELETE FROM ctx_retained_documents WHERE doc_id = ?", (doc_id,))
+            now = utc_now()
+            for version in keep:
+                db.exec(cur, "INSERT INTO ctx_retained_documents (index_version, doc_id, alias, retained_at) "
+                        "VALUES (?, ?, ?, ?)", (version, doc_id, alias, now))
+        return count
+
+    def _delete_rows(self, cur: Any, doc_id: str, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> int:
+        """Delete a document's rows from every version but `keep` (or from the versions `only`); the chunks
+        deleted. Compacts the lexical rows of the versions it leaves again (DuckDB)."""
+        db = self._backend
+        if only is not None:
+            if not only:
+                return 0
+            scope, params = f" AND index_version IN ({', '.join('?' for _ in only)})", [doc_id, *only]
+        elif keep:
+            scope, params = f" AND index_version NOT IN ({', '.join('?' for _ in keep)})", [doc_id, *keep]
+        else:
+            scope, params = "", [doc_id]
+        count = db.fetch(cur, "SELECT count(*) FROM ctx_chunks WHERE doc_id = ?" + scope, params)
+        versions = [r[0] for r in db.fetch(cur, "SELECT index_version FROM ctx_documents WHERE doc_id = ?" + scope
+                                           + " AND lexical_compacted ORDER BY index_version", params)
+                    ] if db.compacts_lexical else []
+        for table in ("ctx_chunks", "ctx_lexical_postings", "ctx_documents"):
+            db.exec(cur, f"DELETE FROM {table} WHERE doc_id = ?" + scope, params)
+        for version in versions:
+            self._lexical.compact(cur, version)
         return int(count[0][0])
+
+    def release_retained(self, alias: str = PRODUCTION_ALIAS) -> int:
+        """Purge the rows `purge_document` kept in versions that `alias` can no longer return to (a rollback
+        went past them); the chunks removed. A document registered again since keeps them (its record is
+        dropped). Reads one small table and writes nothing while nothing is to be released."""
+        if not self._backend.query("SELECT 1 FROM ctx_retained_documents WHERE alias = ? LIMIT 1", (alias,)):
+            return 0
+        return self._release(alias)
+
+    @write_transaction
+    def _release(self, alias: str) -> int:
+        db = self._backend
+        removed = 0
+        with db.transaction() as cur:
+            db.lock_aliases(cur)
+            reachable = set(stack_on(db, cur, alias))
+            rows = db.fetch(cur, "SELECT r.index_version, r.doc_id, s.doc_id FROM ctx_retained_documents r "
+                                 "LEFT JOIN ctx_sources s ON s.doc_id = r.doc_id WHERE r.alias = ? "
+                                 "ORDER BY r.doc_id, r.index_version", (alias,))
+            for version, doc_id, registered in rows:
+                if version in reachable:
+                    continue
+                if registered is None:
+                    removed += self._delete_rows(cur, doc_id, only=[version])
+                db.exec(cur, "DELETE FROM ctx_retained_documents WHERE index_version = ? AND doc_id = ?",
+                        (version, doc_id))
+        return removed
+
+    def retained(self) -> dict[str, list[str]]:
+        """Index version -> the documents whose file is gone that it still holds for a rollback."""
+        found: dict[str, list[str]] = {}
+        for version, doc_id in self._backend.query(
+                "SELECT index_version, doc_id FROM ctx_retained_documents ORDER BY index_version, doc_id"):
+            found.setdefault(version, []).append(doc_id)
+        return found
 
     def documents(self, index_version: str | None = None) -> list[DocumentRecord]:
         """Stored documents, optionally of one index version."""

@@ -43,12 +43,28 @@ class InboxEntryRow(BaseModel):
     next_retry: float | None = None  # epoch seconds when the next re-request is due
 
 
+class HeldRemoval(BaseModel):
+    """A removal the sensor held back (`ctx_inbox_removals`): the entry's file is missing from the listing
+    in a tick that would have removed too many documents at once. `confirmed_at` is set by an operator
+    (`ctx inbox confirm-removals`); the next tick then removes it if its file is still gone."""
+
+    path: str
+    doc_id: str
+    held_at: float  # epoch seconds of the tick that first held it
+    reason: str  # the guard's reason
+    confirmed_at: float | None = None
+
+
 class InboxState(Protocol):
-    """What the sensor keeps of each inbox entry, and which revisions the index holds."""
+    """What the sensor keeps of each inbox entry, which revisions the index holds, and the removals it holds
+    until an operator confirms them."""
 
     def entries(self, inbox: str) -> dict[str, InboxEntryRow]: ...
     def save_entries(self, inbox: str, upserts: Sequence[InboxEntryRow], deletes: Sequence[str] = ()) -> None: ...
     def held_revisions(self, doc_ids: Sequence[str]) -> set[tuple[str, str]]: ...
+    def held_removals(self, inbox: str) -> dict[str, HeldRemoval]: ...
+    def save_held_removals(self, inbox: str, holds: Sequence[HeldRemoval], releases: Sequence[str] = ()) -> None: ...
+    def confirm_removals(self, inbox: str, now: float, keys: Sequence[str] | None = None) -> list[HeldRemoval]: ...
 
 
 class InboxStateTable:
@@ -107,3 +123,49 @@ class InboxStateTable:
                                            f"({', '.join('?' for _ in batch)})", batch)
                 found.update((r[0], r[1]) for r in rows)
         return found
+
+    def held_removals(self, inbox: str) -> dict[str, HeldRemoval]:
+        """The removals the sensor holds for one inbox, by path."""
+        rows = self._backend.query("SELECT path, doc_id, held_at, reason, confirmed_at FROM ctx_inbox_removals "
+                                   "WHERE inbox = ? ORDER BY path", (inbox,))
+        return {r[0]: HeldRemoval(path=r[0], doc_id=r[1], held_at=float(r[2]), reason=r[3],
+                                  confirmed_at=None if r[4] is None else float(r[4])) for r in rows}
+
+    @write_transaction
+    def save_held_removals(self, inbox: str, holds: Sequence[HeldRemoval], releases: Sequence[str] = ()) -> None:
+        """Record held removals (a path held again keeps its row) and drop those done or back in the listing."""
+        latest = list({h.path: h for h in holds}.values())
+        gone = sorted(set(releases) - {h.path for h in latest})
+        if not latest and not gone:
+            return
+        with self._backend.transaction() as cur:
+            for start in range(0, len(latest), 500):
+                batch = latest[start: start + 500]
+                self._delete_removals(cur, inbox, [h.path for h in batch])
+                self._backend.exec(cur, "INSERT INTO ctx_inbox_removals (inbox, path, doc_id, held_at, reason, "
+                                   "confirmed_at) VALUES " + ", ".join("(?, ?, ?, ?, ?, ?)" for _ in batch),
+                                   [v for h in batch for v in (inbox, h.path, h.doc_id, h.held_at, h.reason,
+                                                               h.confirmed_at)])
+            for start in range(0, len(gone), 500):
+                self._delete_removals(cur, inbox, gone[start: start + 500])
+
+    def _delete_removals(self, cur, inbox: str, paths: Sequence[str]) -> None:
+        self._backend.exec(cur, "DELETE FROM ctx_inbox_removals WHERE inbox = ? AND path IN "
+                           f"({', '.join('?' for _ in paths)})", [inbox, *paths])
+
+    @write_transaction
+    def confirm_removals(self, inbox: str, now: float, keys: Sequence[str] | None = None) -> list[HeldRemoval]:
+        """An operator's go-ahead: mark the held removals of `inbox` (all, or those whose document key or path
+        is in `keys`) confirmed; the next tick removes each whose file is still gone. Returns the removals
+        confirmed now."""
+        with self._backend.transaction() as cur:
+            rows = self._backend.fetch(cur, "SELECT path, doc_id, held_at, reason FROM ctx_inbox_removals "
+                                            "WHERE inbox = ? AND confirmed_at IS NULL ORDER BY path", (inbox,))
+            wanted = None if keys is None else set(keys)
+            confirmed = [HeldRemoval(path=r[0], doc_id=r[1], held_at=float(r[2]), reason=r[3], confirmed_at=now)
+                         for r in rows if wanted is None or r[0] in wanted or r[1] in wanted]
+            for start in range(0, len(confirmed), 500):
+                batch = [h.path for h in confirmed[start: start + 500]]
+                self._backend.exec(cur, "UPDATE ctx_inbox_removals SET confirmed_at = ? WHERE inbox = ? AND path IN "
+                                   f"({', '.join('?' for _ in batch)})", [now, inbox, *batch])
+        return confirmed

@@ -84,6 +84,19 @@ _LEXICAL_TERMS = [
     "ALTER TABLE ctx_documents ADD COLUMN lexical_compacted BOOLEAN",
 ]
 
+# Guarded deletions: a document purged while an alias can still roll back to versions that hold it keeps its
+# rows there, one row per (version, document) here (corpus.py: purge_document, release_retained), until that
+# version can no longer be returned to; and removals the inbox sensor held (too many at once, inbox_state.py)
+# until an operator confirms them (`ctx inbox confirm-removals`).
+_GUARDED_DELETIONS = [
+    """CREATE TABLE IF NOT EXISTS ctx_retained_documents (
+        index_version TEXT NOT NULL, doc_id TEXT NOT NULL, alias TEXT NOT NULL, retained_at TEXT NOT NULL,
+        PRIMARY KEY (index_version, doc_id))""",
+    """CREATE TABLE IF NOT EXISTS ctx_inbox_removals (
+        inbox TEXT NOT NULL, path TEXT NOT NULL, doc_id TEXT NOT NULL, held_at DOUBLE PRECISION NOT NULL,
+        reason TEXT NOT NULL, confirmed_at DOUBLE PRECISION, PRIMARY KEY (inbox, path))""",
+]
+
 MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
     "duckdb": [
         (1, _COMMON_V1 + [
@@ -97,6 +110,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
         (6, _INBOX_ENTRIES),
         (7, _EVAL_DOCUMENTS),
         (8, _LEXICAL_TERMS),
+        (9, _GUARDED_DELETIONS),
     ],
     "postgres": [
         (1, ["CREATE EXTENSION IF NOT EXISTS vector"] + _COMMON_V1 + [
@@ -114,6 +128,7 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
         (6, _INBOX_ENTRIES),
         (7, _EVAL_DOCUMENTS),
         (8, []),  # the compacted lexical index is DuckDB's alone
+        (9, _GUARDED_DELETIONS),
     ],
 }
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from contextual_assets.app.cli import EXIT_CODES_HELP, build_parser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,7 +23,7 @@ def _commands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
 def test_every_argument_of_every_command_has_help():
     parser = build_parser()
     commands = _commands(parser)
-    assert set(commands.choices) == {"ingest", "search", "serve", "rollback", "eval", "status"}
+    assert set(commands.choices) == {"ingest", "search", "serve", "rollback", "eval", "status", "inbox"}
     # Each command is described in `ctx --help`.
     listed = {a.dest: a.help for a in commands._choices_actions}
     assert set(listed) == set(commands.choices)
@@ -73,3 +75,41 @@ def test_version_is_the_installed_distributions_and_search_keeps_its_own_version
     assert result.returncode == 0 and result.stdout == f"ctx {version('contextual-retrieval-platform')}\n"
     # After the command, --version is still `ctx search`'s index version.
     assert build_parser().parse_args(["search", "q", "--version", "iv-1"]).version == "iv-1"
+
+
+@pytest.mark.parametrize("pages, says", [
+    ("1e40-", "give FROM-TO"), ("10000000000000000000000000000000000000000-", "from 1 to 2147483647"),
+    ("-" + "9" * 5000, "from 1 to 2147483647"), ("0-3", "from 1 to 2147483647"), ("x-3", "give FROM-TO"),
+    ("7-3", "7 is after 3"), ("3", "give FROM-TO"), ("-", "give FROM-TO"), ("", "give FROM-TO"),
+    ("-3-5", "give FROM-TO")])
+def test_a_bad_pages_value_is_one_line_naming_the_option_and_exit_2(pages, says, monkeypatch, capsys, tmp_path):
+    from contextual_assets.app.cli import main
+
+    monkeypatch.delenv("CTX_SEARCH_URL", raising=False)
+    monkeypatch.setenv("CTX_HOME", str(tmp_path))
+    assert main(["search", "q", f"--pages={pages}"]) == 2  # refused before any store or service is asked
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: --pages {pages!r}: ") and says in err, err
+
+
+def test_serve_refuses_an_open_address_without_a_token(monkeypatch, capsys, tmp_path):
+    from contextual_assets.app.cli import main
+    from tests.support import free_port
+
+    # Were the refusal missing, these settings fail fast (no database) instead of serving.
+    monkeypatch.setenv("DATABASE_URL", f"postgresql://ctx@127.0.0.1:{free_port()}/ctx")
+    monkeypatch.setenv("CTX_SERVE_PORT", str(free_port()))
+    monkeypatch.setenv("CTX_HOME", str(tmp_path))
+    for token in (None, "", " \n"):  # unset, an empty Secret, a blank one
+        if token is None:
+            monkeypatch.delenv("CTX_SEARCH_TOKEN", raising=False)
+        else:
+            monkeypatch.setenv("CTX_SEARCH_TOKEN", token)
+        for host in ("0.0.0.0", "10.1.2.3", "::"):
+            assert main(["serve", "--host", host]) == 2, (token, host)
+            err = capsys.readouterr().err
+            assert err == f"error: refusing to serve on {host} without a token: set CTX_SEARCH_TOKEN, or pass " \
+                          "--insecure to serve without one\n", err
+    # --insecure goes past the check (to the store, which is down here: exit 3, not 2).
+    assert main(["serve", "--host", "0.0.0.0", "--insecure"]) == 3
+    assert "warning: serving on 0.0.0.0 without a token (--insecure)" in capsys.readouterr().err

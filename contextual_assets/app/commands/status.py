@@ -35,8 +35,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"{'candidate':{_WIDTH}s} {status.current_index_version} covers {cov['covered']}/{cov['live']} live "
               "(`ctx eval` promotes it if the gate passes)")
     _print_versions(status)
+    _print_rollback(status)
     _print_fleet(status)
     return EXIT_OK
+
+
+def _print_rollback(status: DeploymentStatus) -> None:
+    """Production's history, where `ctx rollback` can go, what is kept for it, and held inbox removals."""
+    if status.alias_history:
+        moves = ", ".join(f"{h['action']} {h['index_version']}" for h in status.alias_history[-10:])
+        earlier = f"{len(status.alias_history) - 10} earlier, " if len(status.alias_history) > 10 else ""
+        print(f"{'production history':{_WIDTH}s} {earlier}{moves}")
+        targets = ", ".join(status.rollback_targets) or "none (nothing older is left)"
+        print(f"{'rollback targets':{_WIDTH}s} {targets}")
+    for version, documents in status.retained.items():
+        print(f"{'kept for rollback':{_WIDTH}s} {version}: {len(documents)} removed document(s) "
+              f"({', '.join(documents[:5])}{', ...' if len(documents) > 5 else ''})")
+    if status.held_removals:
+        waiting = sum(1 for h in status.held_removals if h["confirmed_at"] is None)
+        print(f"{'held removals':{_WIDTH}s} {len(status.held_removals)} ({waiting} unconfirmed): "
+              f"{status.held_removals[0]['reason']}; `ctx inbox held`, `ctx inbox confirm-removals`")
 
 
 def _print_versions(status: DeploymentStatus) -> None:
