@@ -53,13 +53,15 @@ def _ids(ids: list[str], limit: int = 5) -> str:
 def live_documents(store: ChunkStore, production: str | None = None) -> dict[str, str | None]:
     """doc_id -> the revision (file hash) a version must hold: registered sources whose file still
     exists, plus production's documents that were never registered (a candidate may not silently
-    drop them either). A registered file that is gone is no longer live."""
+    drop them either). A registered file that is gone is no longer live, nor is a document whose file was
+    removed and that production holds only because a rollback returned to a version that kept it."""
     sources = store.corpus.list_sources()
     live: dict[str, str | None] = {s.doc_id: s.file_hash for s in sources if _exists(s.path)}
     if production:
         registered = {s.doc_id for s in sources}
+        kept = {doc_id for doc_ids in store.corpus.retained().values() for doc_id in doc_ids}
         for document in store.corpus.documents(production):
-            if document.doc_id not in registered:
+            if document.doc_id not in registered and document.doc_id not in kept:
                 live.setdefault(document.doc_id, document.file_hash)
     return live
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from contextual_assets.lifecycle.coverage import coverage_of, live_documents
 from contextual_assets.models import SourceRecord
 from contextual_assets.store import open_store
 from contextual_assets.store.aliases import RollbackRefused
@@ -73,6 +74,9 @@ def test_a_purge_keeps_the_rows_of_rollback_targets_until_they_cannot_be_returne
     store.aliases.rollback("production")
     assert store.corpus.release_retained() == 0 and store.corpus.retained() == {"iv-b": ["gone.txt"]}
     assert [h.doc_id for h in store.search.lexical("quokka", "iv-b", 5)] == ["gone.txt"]
+    # ... but a document only kept for the rollback is not live: a candidate without it is not blocked.
+    assert "gone.txt" not in live_documents(store, "iv-b")
+    assert coverage_of(store, "iv-d", live_documents(store, "iv-b")).missing == ["keep.txt"]
 
     # Rolled back past iv-b: no rollback returns there, its kept rows go (and their postings).
     store.aliases.rollback("production")
