@@ -5,6 +5,8 @@
   command fails the dead run and records the commits, and a re-run completes;
 * killed_runs_then_sensor: two `ctx ingest` runs killed mid-run, then a tick of the `new_documents`
   sensor: the dead runs are failed (no ingest slot held), and the tick's run ingests the inbox;
+* emptied_inbox: the inbox emptied at once (an unmounted share): the tick removes nothing and says so;
+  after `ctx inbox confirm-removals` the next tick removes them;
 * shared_header_cache: two documents with the same body under different titles share the header cache;
   no chunk may be stored with a header naming the other document.
 
@@ -121,12 +123,53 @@ def scenario_killed_runs_then_sensor(ctx: Context, n_inbox: int = 3) -> Result:
         stuck = stuck_runs(env)
         r.check("the tick failed both dead runs", stuck == 0)
         r.check(f"the tick's runs succeeded ({launched})", bool(launched) and all(launched))
+        # What the killed runs did not finish, a re-run does.
+        rerun = ingest(env, ctx.workdir / "first", ctx.workdir / "second")
+        r.check(f"the killed runs' documents re-run (rc {rerun.rc})", rerun.rc == 0 and not rerun.failed)
         r.figures.update(stuck_runs_before=before, stuck_runs=stuck, sensor_runs=len(launched))
         # The sensor keys a file by its path inside the inbox.
         expected = {k.split("/", 1)[1]: n for k, n in expected_chunks(inbox).items()}
+        expected.update(expected_chunks(ctx.workdir / "first"), **expected_chunks(ctx.workdir / "second"))
         state = store_state(env)
         r.settle(state, expected, set(expected), f"{before} dead runs before the tick, {stuck} after; "
                  f"{len(launched)} sensor runs")
+    finally:
+        fleet.stop()
+    return r
+
+
+def scenario_emptied_inbox(ctx: Context, n_docs: int = 6) -> Result:
+    from bench.sensor_tick import SensorTick
+
+    r = Result("emptied_inbox")
+    inbox = ctx.workdir / "inbox"
+    write_corpus(inbox, n_docs)
+    expected = {k.split("/", 1)[1]: n for k, n in expected_chunks(inbox).items()}  # keyed inside the inbox
+    fleet = Fleet(ctx.workdir, [1, 1], time_scale=0.2)
+    try:
+        env = fleet_env(ctx.workdir, fleet, 4, database_url=ctx.db_url())
+        env.extra.update(CTX_INBOX=str(inbox), CTX_INBOX_SETTLE_S="0")
+        sensor = SensorTick(env)
+        ingested = sensor.tick_and_launch()
+        r.check(f"the inbox ingested ({ingested})", bool(ingested) and all(ingested))
+        for path in inbox.iterdir():
+            path.unlink()
+        sensor.tick_and_launch()
+        after_empty = store_state(env)
+        kept = len(after_empty.documents)
+        r.check("the emptied inbox's tick removed nothing", kept == n_docs)
+        said = sensor.skip_reason or ""
+        r.check(f"the tick says why ({said})", "confirm-removals" in said)
+        confirm = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "inbox", "confirm-removals",
+                                  "--expect", str(n_docs)], cwd=REPO_ROOT, env=env.environ(), capture_output=True,
+                                 text=True, timeout=300)
+        r.check(f"confirmed (rc {confirm.returncode})", confirm.returncode == 0)
+        sensor.tick_and_launch()
+        removed = n_docs - len(store_state(env).documents)
+        r.check("the tick after the confirmation removed them", removed == n_docs)
+        r.figures.update(documents=n_docs, kept_after_emptied_tick=kept, removed_after_confirmation=removed)
+        r.settle(after_empty, expected, set(expected), f"emptied: {kept} of {n_docs} kept, said {said[:90]!r}; "
+                 f"confirmed: {removed} removed")
     finally:
         fleet.stop()
     return r
@@ -175,5 +218,6 @@ SCENARIOS = {
     "killed_in_commit_duckdb": scenario_killed_in_commit_duckdb,
     "killed_in_commit_postgres": scenario_killed_in_commit_postgres,
     "killed_runs_then_sensor": scenario_killed_runs_then_sensor,
+    "emptied_inbox": scenario_emptied_inbox,
     "shared_header_cache": scenario_shared_header_cache,
 }

@@ -7,7 +7,8 @@ documents and LLM calls re-spent.
 Scenarios (names for --only): replica_killed, all_replicas_down, errors_5xx, slow_replica,
 stalled_replica, slow_tail, malformed, worker_sigkill, concurrent_runs_duckdb,
 concurrent_runs_postgres, same_document_twice, postgres_restart; and in bench/fault_crashes.py:
-killed_in_commit_duckdb, killed_in_commit_postgres, killed_runs_then_sensor, shared_header_cache.
+killed_in_commit_duckdb, killed_in_commit_postgres, killed_runs_then_sensor, emptied_inbox,
+shared_header_cache.
 
 Everything is real except the LLM fleet (bench/sim/fleet.py): the ingest is the `ctx` command line,
 Dagster runs in its own DAGSTER_HOME, the store is DuckDB or Postgres (pgserver). Columns:

@@ -27,6 +27,7 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 class SensorTick:
     def __init__(self, env: Env):
         self.env = env
+        self.skip_reason: str | None = None  # the last tick's, as the UI's tick history shows it
 
     def tick_and_launch(self) -> list[bool]:
         """Evaluate one tick, apply its partition requests, run its run requests: each run's success."""
@@ -42,9 +43,13 @@ class SensorTick:
                 with dg.build_sensor_context(instance=instance, definitions=defs,
                                              resources={"store": build_resources(settings)["store"]}) as context:
                     data = defs.resolve_sensor_def("new_documents").evaluate_tick(context)
+                self.skip_reason = data.skip_message
                 for request in data.dynamic_partitions_requests or []:
                     if isinstance(request, dg.AddDynamicPartitionsRequest):
                         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+                    else:
+                        for key in request.partition_keys:
+                            instance.delete_dynamic_partition(request.partitions_def_name, key)
                 job = defs.resolve_job_def("ingest_documents")
                 return [job.execute_in_process(
                     instance=instance, tags=request.tags, raise_on_error=False,

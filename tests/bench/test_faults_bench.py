@@ -15,6 +15,11 @@ from bench import faults
     ("errors_5xx", {"n_docs": 3}),
     ("malformed", {"n_docs": 1, "modes": ("echo", "bad_json")}),
     ("same_document_twice", {}),
+    # Issue 39's (bench/fault_crashes.py): nothing stuck, nothing wrong.
+    ("killed_in_commit_duckdb", {"n_docs": 4}),
+    ("killed_runs_then_sensor", {"n_inbox": 2}),
+    ("emptied_inbox", {"n_docs": 4}),
+    ("shared_header_cache", {}),
 ])
 def test_fault_scenario(name, kwargs, tmp_path):
     result = faults.run_scenario(name, tmp_path, **kwargs)
@@ -51,4 +56,4 @@ def test_completion_trigger_applies_once_at_its_threshold():
 
 def test_tail_scenarios_are_registered():
     assert {"stalled_replica", "slow_tail"} <= set(faults.SCENARIOS)
-    assert all(name in faults.__doc__ for name in faults.SCENARIOS)
+    assert all(name in faults.__doc__ for name in faults.all_scenarios())
