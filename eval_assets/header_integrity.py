@@ -13,13 +13,17 @@ set happens not to notice. Four signals, each a share of a sample of the candida
   score high on it by design, so it does not block.)
 
 Thresholds are calibrated on good versions (structural headers on the bundled corpora and the codebase
-dataset, and a real llama.cpp model's headers in the tests): see README "Evaluation gate". Pure functions."""
+dataset, and a real llama.cpp model's headers in the tests): see README "Evaluation gate". Pure functions.
+
+The first three are per header (`header_flags`); `document_header_integrity` applies them, with the same
+thresholds, to one document's headers: ingest runs it before it writes a document into production without
+the gate (production kept fresh, `contextual_assets/ingest/header_stage.py`)."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -76,6 +80,100 @@ def _names(title: str, text: str) -> bool:
     return len(title) >= 6 and title in text.lower()
 
 
+# The per-header signals: (flag, share in the result, the largest share a good version may show, the reason).
+INSTRUCTION, OTHER_LANGUAGE, FOREIGN_TITLE = "instruction", "other_language", "foreign_title"
+PER_HEADER_SIGNALS = (
+    (INSTRUCTION, "injected_share", MAX_INJECTED_SHARE, "carry an instruction"),
+    (OTHER_LANGUAGE, "other_language_share", MAX_OTHER_LANGUAGE_SHARE, "are in another language than their chunk"),
+    (FOREIGN_TITLE, "foreign_title_share", MAX_FOREIGN_TITLE_SHARE, "name another document's title"),
+)
+
+
+def reference_languages(texts: Sequence[str]) -> list[str | None]:
+    """The language each chunk's header is compared with: the chunk's own, or, for a chunk without a
+    detectable one (code, tables), the commonest among the chunks (the corpus's)."""
+    languages = [language(text) for text in texts]
+    corpus = Counter(lang for lang in languages if lang).most_common(1)
+    return [lang or (corpus[0][0] if corpus else None) for lang in languages]
+
+
+class TitleIndex:
+    """Documents' titles as the foreign-title signal looks for them (those under 6 characters never),
+    lowered once: a version's thousands of titles are not lowered again for every header."""
+
+    def __init__(self, titles: Mapping[str, str]):
+        self.own = {d: t for d, t in titles.items() if len(t.strip()) >= 6}
+        # (document, the title as looked for in a header, the title as compared with the header's own)
+        self._sought = [(d, t.strip().lower(), t.lower()) for d, t in self.own.items()]
+
+    def names_another(self, header: str, document: str) -> bool:
+        """The header names another document's title and not its own."""
+        own = self.own.get(document, "")
+        if _names(own, header):
+            return False
+        text, own = header.lower(), own.lower()
+        return any(len(sought) >= 6 and sought in text for d, sought, title in self._sought
+                   if d != document and title != own)
+
+
+def header_flags(header: str, document: str, titles: Mapping[str, str] | TitleIndex,
+                 reference_language: str | None) -> set[str]:
+    """The per-header signals one header raises: INSTRUCTION (an instruction to a reader or model),
+    OTHER_LANGUAGE (another language than `reference_language`, see `reference_languages`), FOREIGN_TITLE
+    (another document's title and not its own; `titles`: document -> title, its own included, or their
+    `TitleIndex`; titles under 6 characters are not looked for)."""
+    flags = set()
+    if _INJECTION.search(header):
+        flags.add(INSTRUCTION)
+    header_language = language(header)
+    if header_language and reference_language and header_language != reference_language:
+        flags.add(OTHER_LANGUAGE)
+    index = titles if isinstance(titles, TitleIndex) else TitleIndex(titles)
+    if index.names_another(header, document):
+        flags.add(FOREIGN_TITLE)
+    return flags
+
+
+def _flagged(headers: Sequence[str], texts: Sequence[str], documents: Sequence[str],
+             titles: Mapping[str, str]) -> tuple[list[int], dict[str, list[int]]]:
+    """The positions of the headers present, and per signal the positions of the headers raising it."""
+    present = [i for i, h in enumerate(headers) if h.strip()]
+    references = reference_languages([texts[i] for i in present])
+    index = TitleIndex(titles)
+    offenders: dict[str, list[int]] = {flag: [] for flag, *_ in PER_HEADER_SIGNALS}
+    for i, reference in zip(present, references):
+        for flag in header_flags(headers[i], documents[i], index, reference):
+            offenders[flag].append(i)
+    return present, offenders
+
+
+def _per_header_verdict(result: dict, headers: Sequence[str], n: int,
+                        offenders: dict[str, list[int]]) -> tuple[list[str], list[str]]:
+    """Each per-header signal's share into `result`; (reasons, examples) of those past their threshold."""
+    reasons, examples = [], []
+    for flag, key, limit, what in PER_HEADER_SIGNALS:
+        result[key] = len(offenders[flag]) / n
+        if result[key] > limit:
+            reasons.append(f"{result[key]:.0%} of headers {what} (at most {limit:.0%})")
+            examples += [headers[i][:160] for i in offenders[flag][:2]]
+    return reasons, examples
+
+
+def document_header_integrity(headers: Sequence[str], texts: Sequence[str], documents: Sequence[str],
+                              titles: Mapping[str, str]) -> dict:
+    """The per-header signals over one document's headers (its logical documents in `documents`; `titles`:
+    every document's title known, its own included), past the same thresholds as a whole version's: shares,
+    `reasons` (empty: the headers pass) and `examples`. A chunk without a detectable language is compared
+    with the document's own commonest language. The fit and same-header signals compare across documents
+    and are left to the gate."""
+    present, offenders = _flagged(headers, texts, documents, titles)
+    result: dict = {"headers": len(present), "reasons": [], "examples": []}
+    if present:
+        result["reasons"], examples = _per_header_verdict(result, headers, len(present), offenders)
+        result["examples"] = examples[:6]
+    return result
+
+
 def _derangement(documents: Sequence[str]) -> list[int | None]:
     """For each position, another position whose document differs (a fixed rotation over the order
     sorted by document), or None when every chunk is of one document."""
@@ -107,27 +205,11 @@ def header_integrity(headers: Sequence[str], texts: Sequence[str], documents: Se
     if not present:
         return result
     n = len(present)
-    injected = [i for i in present if _INJECTION.search(headers[i])]
-
-    chunk_languages = {i: language(texts[i]) for i in present}
-    header_languages = {i: language(headers[i]) for i in present}
-    corpus = Counter(lang for lang in chunk_languages.values() if lang).most_common(1)
-    corpus_language = corpus[0][0] if corpus else None
-    other_language = [i for i in present if header_languages[i] and (chunk_languages[i] or corpus_language)
-                      and header_languages[i] != (chunk_languages[i] or corpus_language)]
-
-    own_titles = {d: t for d, t in titles.items() if len(t.strip()) >= 6}
-
-    def names_another(i: int) -> bool:
-        own = own_titles.get(documents[i], "")
-        return not _names(own, headers[i]) and any(
-            _names(t, headers[i]) for d, t in own_titles.items() if d != documents[i] and t.lower() != own.lower())
-
-    foreign_title = [i for i in present if names_another(i)]
+    _, offenders = _flagged(headers, texts, documents, titles)
+    reasons, examples = _per_header_verdict(result, headers, n, offenders)
 
     shapes = Counter(_DIGITS.sub("0", " ".join(headers[i].lower().split())) for i in present)
-    result.update(same_header_share=shapes.most_common(1)[0][1] / n, injected_share=len(injected) / n,
-                  other_language_share=len(other_language) / n, foreign_title_share=len(foreign_title) / n,
+    result.update(same_header_share=shapes.most_common(1)[0][1] / n,
                   templated_rate=header_diagnostics([headers[i] for i in present],
                                                     [texts[i] for i in present])["templated_rate"])
     partner = _derangement([documents[i] for i in present])
@@ -141,15 +223,6 @@ def header_integrity(headers: Sequence[str], texts: Sequence[str], documents: Se
         other = np.einsum("ij,ij->i", header_vectors, text_vectors[[p for _, p in pairs]])
         result["header_fit"] = float(np.mean(own > other))
 
-    reasons, examples = [], []
-    for share, limit, what, offenders in (
-            (result["injected_share"], MAX_INJECTED_SHARE, "carry an instruction", injected),
-            (result["other_language_share"], MAX_OTHER_LANGUAGE_SHARE, "are in another language than their chunk",
-             other_language),
-            (result["foreign_title_share"], MAX_FOREIGN_TITLE_SHARE, "name another document's title", foreign_title)):
-        if share > limit:
-            reasons.append(f"{share:.0%} of headers {what} (at most {limit:.0%})")
-            examples += [headers[i][:160] for i in offenders[:2]]
     if result["header_fit"] is not None and result["header_fit"] < MIN_HEADER_FIT:
         reasons.append(f"headers fit their own chunk better than another document's chunk only "
                        f"{result['header_fit']:.0%} of the time (at least {MIN_HEADER_FIT:.0%}; chance is 50%)")

@@ -27,7 +27,7 @@ class ConcurrentPipelines:
             finished: set[str] = set()
             try:
                 for event in pipeline.run(keys):
-                    if event.kind in ("committed", "failed"):
+                    if event.kind in ("committed", "failed", "held"):
                         finished.add(event.key)
                     self._events.put((role, event))
             except Exception as exc:  # noqa: BLE001 - reported per document, never a silent success

@@ -5,6 +5,7 @@ from where it is (`document_keys`)."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -30,6 +31,31 @@ def unsupported(path: str) -> str | None:
     return f"{path}: unsupported file type '{suffix or '(none)'}', skipped (supported: {', '.join(SUPPORTED_EXTENSIONS)})"
 
 
+_SPECIAL_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                  (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def special_file(path: str | Path, mode: int | None = None) -> str | None:
+    """Why a path that is neither a regular file nor a folder (a FIFO, socket or device) is refused, or
+    None; decided from its mode (`os.stat`, following links), never by opening it: opening a FIFO waits
+    for a writer, for ever. A path that cannot be stat'ed is not decided here (None)."""
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            return None
+    kind = special_kind(mode)
+    return None if kind is None else f"{path}: {kind}"
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file of this mode is when it is neither a regular file nor a folder (why it is refused)."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kind = next((name for test, name in _SPECIAL_KINDS if test(mode)), "not a regular file")
+    return f"{kind}, not a regular file; refused without opening it"
+
+
 def collect_sources(
     paths: Iterable[str | Path],
     *,
@@ -46,7 +72,8 @@ def collect_sources(
     (default: the current directory); else (4) its whole resolved path. A folder's files are all
     its non-hidden files; a link in it that resolves outside it is refused. The same file reached
     twice is one source; two files never share a key (nor take one registered to another file
-    that still exists).
+    that still exists). A FIFO, socket or device, named or in a folder, is refused from its mode
+    alone, never opened (`special_file`).
     """
     root = Path.cwd() if source_root is None else Path(source_root)
     registered = registered or {}
@@ -86,6 +113,8 @@ def collect_sources(
                     refused.append(reason)
                 else:
                     add(file)
+        elif (reason := special_file(path)) is not None:
+            refused.append(reason)
         elif path.exists():
             add(path)
         else:
@@ -95,10 +124,17 @@ def collect_sources(
 
 def folder_files(folder: Path) -> list[tuple[Path, str | None]]:
     """A folder's files in name order, each with why it is refused (None: taken): its non-hidden files of a
-    supported type; a link in it that resolves outside it is refused."""
+    supported type; a link in it that resolves outside it is refused, and so is a FIFO, socket or device
+    (from its mode: never opened)."""
     found: list[tuple[Path, str | None]] = []
-    for file in sorted(p for p in folder.rglob("*") if p.is_file() and not is_hidden(p.relative_to(folder))):
-        reason = unsupported(str(file))
+    for file in sorted(p for p in folder.rglob("*") if not is_hidden(p.relative_to(folder))):
+        try:
+            mode = file.stat().st_mode
+        except OSError:
+            continue  # a dangling link, or gone since the listing
+        if stat.S_ISDIR(mode):
+            continue
+        reason = special_file(file, mode) or unsupported(str(file))
         if reason is None:
             try:
                 key_for_path(file, folder)  # refuses a link that resolves outside the folder

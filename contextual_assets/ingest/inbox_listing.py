@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from contextual_assets.errors import ContextualError, DocumentError
 from contextual_assets.ingest.document_keys import key_for_path, partition_key_for
-from contextual_assets.ingest.file_selection import is_hidden, unsupported
+from contextual_assets.ingest.file_selection import is_hidden, special_kind, unsupported
 from contextual_assets.parsing.objects import (
     SourceUnavailableError,
     filesystem_for,
@@ -104,6 +104,9 @@ class LocalInbox:
                 else:
                     key = partition_key_for(prefix + item.name)
                 stat = item.stat()
+                kind = special_kind(stat.st_mode)  # a FIFO, socket or device: never opened
+                if kind is not None:
+                    raise DocumentError(str(path), kind)
             except DocumentError as exc:
                 listing.refused[str(path)] = RefusedFile(path=str(path), reason=str(exc))
                 continue
@@ -206,8 +209,14 @@ def open_inbox(location: str) -> Inbox:
 
 
 def file_sha256(path: Path) -> str:
+    """The file's sha256. Opened without blocking and checked to be a regular file before it is read: a
+    path swapped for a FIFO after it was selected is refused instead of waiting for a writer for ever."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        kind = special_kind(os.fstat(handle.fileno()).st_mode)
+        if kind is not None:
+            raise DocumentError(str(path), kind)
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

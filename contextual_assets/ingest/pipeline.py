@@ -76,6 +76,7 @@ class DocumentPipeline:
         recipe: dict[str, Any] | None = None,
         settings: PipelineSettings | None = None,
         header_metadata: Callable[[DocumentJob, Any], dict[str, Any]] | None = None,
+        header_check: Callable[[DocumentJob], dict[str, Any] | None] | None = None,
     ):
         self.store = store
         self.counter = counter
@@ -90,16 +91,20 @@ class DocumentPipeline:
         self.recipe = recipe
         self.settings = settings or PipelineSettings()
         self.header_metadata = header_metadata
+        # Where no gate judges what is written (production kept fresh): a document whose headers fail it
+        # is held (see `header_stage.HeaderHold`).
+        self.header_check = header_check
         self._state = PipelineState(self.settings)
         self._parse = ParseStage(self._state, store=store, counter=counter, chunk_tokens=chunk_tokens,
                                  max_bytes=max_bytes, max_pdf_pages=max_pdf_pages, context_tokens=context_tokens)
-        self._headers = HeaderStage(self._state, header_source=header_source, header_metadata=header_metadata)
+        self._headers = HeaderStage(self._state, header_source=header_source, header_metadata=header_metadata,
+                                    header_check=header_check)
         self._embed = EmbedStage(self._state, embedder=embedder)
         self._commit = CommitStage(self._state, store=store, embedder=embedder, index_version=index_version,
                                    fingerprint=fingerprint, recipe=recipe)
 
     def run(self, keys: list[str]) -> Iterator[StageEvent]:
-        """Events as they happen, until every key has committed or failed. Closing the iterator (the
+        """Events as they happen, until every key has committed, failed or been held. Closing the iterator (the
         run was terminated) stops every stage; a commit in progress finishes or rolls back whole."""
         state = self._state
         threads = [
@@ -118,7 +123,7 @@ class DocumentPipeline:
                     for key in sorted(pending):
                         yield StageEvent("failed", key, stage=event.stage, error=event.error)
                     return
-                if event.kind in ("committed", "failed"):
+                if event.kind in ("committed", "failed", "held"):
                     pending.discard(event.key)
                 yield event
         finally:

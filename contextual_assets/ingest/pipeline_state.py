@@ -36,6 +36,15 @@ class PipelineState:
                 self.jobs.pop(seq, None)
         self.events.put(StageEvent("failed", key, stage=stage, error=error, retryable=retryable))
 
+    def hold(self, job: DocumentJob, reason: str, metadata: dict[str, Any]) -> None:
+        """Keep a document whose headers are done out of this pipeline's commit (the embedding stage
+        drops what it still holds of it); reported as held, not failed."""
+        with job.lock:
+            job.failed = True
+        self.jobs.pop(job.seq, None)
+        self.events.put(StageEvent("held", job.key, metadata=metadata, stage="headers", error=reason,
+                                   retryable=False))
+
     def abandon(self, job: DocumentJob, stage: Stage, error: str) -> None:
         """Fail an admitted document once, however many of its chunks fail."""
         with job.lock:

@@ -19,9 +19,11 @@ Stage = Literal["parse", "headers", "embed", "commit"]
 
 @dataclass
 class StageEvent:
-    """What the pipeline reports: a stage finished for a document, a document failed, or a warning."""
+    """What the pipeline reports: a stage finished for a document, a document failed, a document was held
+    (its headers failed the checks of a pipeline that writes where no gate judges: not committed, not a
+    failure; `error` says why, `metadata` holds the signals), or a warning."""
 
-    kind: Literal["parsed", "headered", "committed", "failed", "warning"]
+    kind: Literal["parsed", "headered", "committed", "failed", "held", "warning"]
     key: str
     metadata: dict[str, Any] = field(default_factory=dict)
     stage: Stage | None = None

@@ -13,6 +13,7 @@ from contextual_assets.parsing.config import ParsingConfig
 from contextual_assets.store import ChunkStore
 
 from .concurrent import ConcurrentPipelines
+from .header_stage import HeaderHold
 from .pipeline import DocumentPipeline, PipelineSettings
 
 CURRENT = "current"
@@ -26,6 +27,7 @@ class RunPlan:
     resolved_source: str  # the header source that runs (`auto` resolved)
     source_warning: str | None  # why `auto` chose what it chose
     alias: str
+    current_serves: bool = False  # the current version is production: what it gets is served, ungated
 
     @property
     def targets(self) -> list[BuildTarget]:
@@ -44,7 +46,8 @@ def plan_run(store: ChunkStore, headers: HeaderConfig, embedder: EmbedderConfig,
     resolved, warning = headers.resolved_source()
     current = current_target(headers, embedder, parsing, store)
     fresh, lag_reason = production_target(current, alias, store, headers, embedder, parsing)
-    return RunPlan(current, fresh, lag_reason, resolved, warning, alias)
+    return RunPlan(current, fresh, lag_reason, resolved, warning, alias,
+                   current_serves=store.aliases.get(alias) == current.index_version)
 
 
 def uncommitted(store: ChunkStore, keys: list[str], targets: list[BuildTarget]) -> list[str]:
@@ -59,19 +62,30 @@ def run_pipelines(plan: RunPlan, keys: list[str], store: ChunkStore, parsing: Pa
                   settings: PipelineSettings, header_metadata: Callable | None = None) -> ConcurrentPipelines:
     """The run's pipelines over `keys`: the current version's, and production's when it is kept fresh."""
 
-    def pipeline_for(target: BuildTarget, on_headers: Callable | None = None) -> DocumentPipeline:
+    def pipeline_for(target: BuildTarget, on_headers: Callable | None = None,
+                     header_check: Callable | None = None) -> DocumentPipeline:
         return DocumentPipeline(
             store=store, counter=parsing.counter(), chunk_tokens=target.chunk_tokens, max_bytes=parsing.max_bytes,
             max_pdf_pages=parsing.max_pdf_pages, header_source=target.header_source,
             context_tokens=target.context_tokens, embedder=target.embedder, index_version=target.index_version,
             fingerprint=target.fingerprint, recipe=target.recipe, header_metadata=on_headers, settings=settings,
+            header_check=header_check,
         )
 
+    def titles() -> dict[str, str]:
+        return {d.doc_id: d.title for t in plan.targets for d in store.corpus.documents(t.index_version)}
+
     runs = ConcurrentPipelines()
-    runs.add(CURRENT, pipeline_for(plan.current, header_metadata), keys)
+    # Production is the current version: what this run commits is served at once and no gate judges it, so
+    # a document whose headers fail the per-header checks is held from it (reported as failed).
+    runs.add(CURRENT, pipeline_for(plan.current, header_metadata,
+                                   header_check=HeaderHold(titles) if plan.current_serves else None), keys)
     if plan.fresh is not None:
         # Same headers: production's pass comes after, from the header cache, at no LLM cost; other
         # headers: both fleets work at once.
         same_headers = plan.fresh.header_source.identity == plan.current.header_source.identity
-        runs.add(plan.alias, pipeline_for(plan.fresh), keys, after=CURRENT if same_headers else None)
+        # No gate judges what reaches production this way: a document whose headers fail the gate's
+        # per-header checks is held from it (the current version, which the gate judges, still gets it).
+        runs.add(plan.alias, pipeline_for(plan.fresh, header_check=HeaderHold(titles)), keys,
+                 after=CURRENT if same_headers else None)
     return runs

@@ -3,6 +3,7 @@ font size and weight."""
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -23,10 +24,12 @@ def _open(path: Path, data: bytes, max_pages: int):
         doc = pymupdf.open(stream=data, filetype="pdf")
     except Exception as exc:  # pymupdf raises several types for broken files
         raise DocumentError(str(path), f"not a readable PDF (corrupt or truncated): {exc}") from None
-    if b"%%EOF" not in data[-2048:]:
-        # MuPDF silently repairs a cut-off file and returns what it can: refuse instead of indexing half.
+    cut = _cut_off(data)
+    if cut is not None:
+        # MuPDF silently repairs a cut-off file and returns what it can: refuse instead of indexing half
+        # (or, for a cut incremental update, the revision before it).
         doc.close()
-        raise DocumentError(str(path), "PDF is truncated (no end-of-file marker); the file is incomplete or damaged")
+        raise DocumentError(str(path), cut)
     if doc.needs_pass:
         raise DocumentError(str(path), "PDF is password-protected; remove the password and add it again")
     if doc.page_count == 0:
@@ -36,6 +39,36 @@ def _open(path: Path, data: bytes, max_pages: int):
             str(path), f"PDF has {doc.page_count} pages, over the limit of {max_pages} (CTX_MAX_PDF_PAGES)"
         )
     return doc
+
+
+# What a writer may leave after the last end-of-file marker of a whole file: line ends, blanks, NUL padding.
+_PADDING = b" \t\r\n\x0c\x00"
+# The start of an incremental update (objects, a cross-reference table or stream, a trailer): bytes like
+# these after the last %%EOF are a revision whose own %%EOF never got written.
+_UPDATE_BODY = re.compile(rb"\d+\s+\d+\s+obj\b|\bendobj\b|\bxref\b|\btrailer\b|\bstartxref\b")
+_STARTXREF = re.compile(rb"startxref\s+(\d+)\s*%%EOF")
+
+
+def _cut_off(data: bytes) -> str | None:
+    """Why a PDF's bytes end before the file does, or None. A PDF ends with `%%EOF`; an incremental update
+    (a later revision) is appended after it and ends with its own. Refused: no marker near the end; bytes
+    after the last marker that begin an update (objects, xref, trailer, startxref) with no marker of
+    their own: the last revision is cut, and MuPDF would silently open the one before it; a last
+    `startxref` pointing past the end of the file. Padding (blanks, line ends, NULs) after the marker
+    is accepted."""
+    body = data.rstrip(_PADDING)
+    eof = body.rfind(b"%%EOF")
+    if eof >= 0 and _UPDATE_BODY.search(body, eof + 5):
+        return (f"PDF is truncated: its last revision (an incremental update after byte {eof + 5}) is cut off "
+                "before its end-of-file marker; refused rather than ingesting the revision before it: save or "
+                "copy the file again")
+    if eof < 0 or len(body) - eof > 2048:
+        return "PDF is truncated (no end-of-file marker); the file is incomplete or damaged"
+    pointer = _STARTXREF.search(body, max(0, eof - 64), eof + 5)
+    if pointer is not None and int(pointer.group(1)) >= len(body):
+        return (f"PDF is truncated: its cross-reference table is at byte {int(pointer.group(1))}, past the end of "
+                f"the file ({len(data)} bytes); the file is incomplete or damaged")
+    return None
 
 
 def _page_lines(page) -> list[dict]:

@@ -17,6 +17,7 @@ from contextual_assets.app.ingest_runs import (
     collect_sources,
     ensure_dagster_home,
     ingest_partitions,
+    recover_dead_runs,
     register_sources,
 )
 from contextual_assets.definitions import build_definitions
@@ -75,6 +76,8 @@ def _ingest(settings: PlatformSettings, store: ChunkStore, sources: list[tuple[s
     (a progress bar on a terminal, a line per document unless --json)."""
     defs = build_definitions(settings)
     with dg.DagsterInstance.get() as instance:
+        for line in recover_dead_runs(instance, store):
+            print(f"recovered: {line}", file=sys.stderr)
         register_sources(store, instance, sources)
         bar = tqdm(total=len(sources), unit="doc", desc="ingest", disable=args.json or not sys.stderr.isatty())
 

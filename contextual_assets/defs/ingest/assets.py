@@ -27,7 +27,7 @@ from contextual_assets.names import CHUNK_EMBEDDINGS, CHUNK_HEADERS, INGEST_GROU
 from contextual_assets.settings import PlatformSettings, active_settings
 from contextual_assets.store import ChunkStore
 
-from .metadata import HeaderMetadata
+from .metadata import HeaderMetadata, held_metadata
 from .partitions import documents_partitions
 
 
@@ -148,26 +148,30 @@ class RunOutcome:
     def __init__(self) -> None:
         self.failures: dict[str, StageEvent] = {}
         self.fresh_failures: dict[str, str] = {}
+        self.fresh_held: dict[str, str] = {}  # documents whose headers failed the checks: not in production
         self.committed = 0
         self.fresh_committed = 0
 
 
 def dagster_events(runs: ConcurrentPipelines, plan: RunPlan, outcome: RunOutcome, log) -> Iterator:
     """The pipelines' events as Dagster materializations (the current version) and observations
-    (production kept fresh, and failed documents, queryable by run)."""
+    (production kept fresh, held from it, and failed documents, queryable by run)."""
     production_update = plan.production_update()
     for role, event in runs.events():
         if role != CURRENT:
+            if event.kind == "held":
+                log.warning(f"{event.key}: held from {role} ({plan.fresh.index_version}): {event.error}; "
+                            f"{role} keeps what it had of it until a candidate holding it passes the gate")
             yield from fresh_events(role, event, plan, outcome)
         elif event.kind == "warning":
             log.warning(event.error or "")
-        elif event.kind == "failed":
+        elif event.kind in ("failed", "held"):  # held: production is this version, its headers failed the checks
             outcome.failures[event.key] = event
             log.error(f"{event.key}: {event.stage or 'ingest'} failed: {event.error}")
             # Per document, queryable by run (the inbox sensor retries only what may pass).
             yield dg.AssetObservation(asset_key=ASSET_OF_STAGE["committed"], partition=event.key, metadata={
                 FAILED_STAGE: event.stage or "ingest", RETRYABLE: event.retryable,
-                "error": (event.error or "")[:500]})
+                "error": (event.error or "")[:500], **(held_metadata(event) if event.kind == "held" else {})})
         else:
             outcome.committed += event.kind == "committed"
             metadata = event.metadata
@@ -188,6 +192,12 @@ def fresh_events(role: str, event: StageEvent, plan: RunPlan, outcome: RunOutcom
         yield dg.AssetObservation(asset_key=CHUNK_EMBEDDINGS, partition=event.key, metadata={
             "index_version": plan.fresh.index_version, "role": role,
             "note": f"{role} not updated: {event.error}"})
+    elif event.kind == "held":
+        outcome.fresh_held[event.key] = str(event.error)
+        yield dg.AssetObservation(asset_key=CHUNK_EMBEDDINGS, partition=event.key, metadata={
+            "index_version": plan.fresh.index_version, "role": role,
+            "note": f"{role} not updated: held, its headers failed the header checks",
+            **held_metadata(event)})
 
 
 def report(context: dg.AssetExecutionContext, plan: RunPlan, keys: list[str], outcome: RunOutcome,
@@ -197,8 +207,10 @@ def report(context: dg.AssetExecutionContext, plan: RunPlan, keys: list[str], ou
                      f"{elapsed_s:.1f} s")
     if plan.fresh is not None:
         lost = {k: e for k, e in outcome.fresh_failures.items() if k not in outcome.failures}
+        held = (f"; {len(outcome.fresh_held)} held, their headers failing the header checks: "
+                f"{', '.join(sorted(outcome.fresh_held))}" if outcome.fresh_held else "")
         context.log.info(f"{outcome.fresh_committed} of {len(keys)} documents also committed to {plan.alias} "
-                         f"({plan.fresh.index_version})")
+                         f"({plan.fresh.index_version}){held}")
         for key, error in sorted(lost.items()):
             context.log.warning(f"{key}: {plan.alias} ({plan.fresh.index_version}) was not updated: {error}")
     if outcome.failures:

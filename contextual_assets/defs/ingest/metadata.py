@@ -10,7 +10,7 @@ import dagster as dg
 from contextual_assets.fleet.metrics_timeline import MetricsSampler, MetricsTimeline
 from contextual_assets.fleet.routing import concurrency_limit
 from contextual_assets.headers.openai_source import HeaderRunStats, OpenAIHeaderSource
-from contextual_assets.ingest.pipeline import DocumentJob, mean_header_words
+from contextual_assets.ingest.pipeline import DocumentJob, StageEvent, mean_header_words
 from contextual_assets.ingest.run_plan import RunPlan
 
 
@@ -72,3 +72,12 @@ def fleet_metadata(source: OpenAIHeaderSource, stats: HeaderRunStats) -> dict:
             # Load-aware routing needs the engine's own gauges (vLLM, llama.cpp, SGLang, TGI names).
             "routed_on": dg.MetadataValue.json(source.fleet.routing_signals()),
             "context_limit": source.fleet.context_limit or 0}
+
+
+def held_metadata(event: StageEvent) -> dict:
+    """A document held from production (`StageEvent` "held"): why, each header signal's share over its
+    checked headers, and the offending headers."""
+    signals = dict(event.metadata)
+    examples = signals.pop("examples", [])
+    return {"held": (event.error or "")[:500], **signals,
+            "held_examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in examples) or "none")}
