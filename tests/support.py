@@ -50,6 +50,23 @@ def run_ctx(env: dict[str, str], *args: str, check: bool = False) -> subprocess.
     return result
 
 
+def wait_until_answering(server: subprocess.Popen, url: str, timeout_s: float = 300) -> None:
+    """Until `url` answers 200 (a loaded machine: torch, MiniLM and the store load first); fails with the
+    server's output if it exits first."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert server.poll() is None, server.stdout.read() if server.stdout else f"exited {server.returncode}"
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{url} did not answer within {timeout_s} s"
+        time.sleep(0.3)
+
+
 @contextmanager
 def ctx_serve(env: dict[str, str], token: str, *args: str) -> Iterator[str]:
     """`ctx serve` as a subprocess on a free loopback port, once it is ready and has answered one search
@@ -63,16 +80,7 @@ def ctx_serve(env: dict[str, str], token: str, *args: str) -> Iterator[str]:
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300  # a loaded machine: torch, MiniLM and the store load first
-        while True:
-            assert server.poll() is None, server.stdout.read()
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "ctx serve did not become ready"
-            time.sleep(0.3)
+        wait_until_answering(server, f"{base}/readyz")
         warm = httpx.post(f"{base}/v1/search", json={"query": "warm up", "k": 1},
                           headers={"Authorization": f"Bearer {token}"}, timeout=300)
         assert warm.status_code == 200, warm.text

@@ -16,6 +16,7 @@ title under a short own title, German words and a German title over an English c
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -63,15 +64,10 @@ class Ingest:
         return {o.key: o for o in outcomes}, store
 
 
-def write(folder: Path, docs: dict[str, str]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in docs.items():
-        (folder / name).write_text(text)
-
-
-@pytest.mark.parametrize("backend", ["duckdb", "postgres"])
-def test_production_kept_fresh_holds_documents_whose_headers_lie(backend, tmp_path, settings_factory, request):
-    database_url = request.getfixturevalue("pg_url") if backend == "postgres" else ""
+@contextmanager
+def production_by_the_model(tmp_path: Path, settings_factory, database_url: str = ""):
+    """DOCS ingested with the simulator's model and promoted: (instance, ingest, docs folder, the model's
+    settings, production's version)."""
     sim = SimFleet.start(tmp_path, time_scale=0.02, speeds=(1.0,), root="weights-a")
     try:
         home = tmp_path / "dagster_home"
@@ -85,53 +81,65 @@ def test_production_kept_fresh_holds_documents_whose_headers_lie(backend, tmp_pa
             assert all(o.success for o in outcomes.values()), outcomes
             (production,) = [v["index_version"] for v in store.corpus.index_versions()]
             store.aliases.set(PRODUCTION_ALIAS, production, reason="the gate passed it (set by the test)")
-
-            # The settings move on (structural headers: a new current version); production, built by the
-            # model, is kept fresh from its recipe by the same runs.
-            write(docs, {**CLEAN, **BAD})
-            structural = settings_factory(database_url=database_url)
-            outcomes, store = ingest(structural, docs)
-            assert all(o.success for o in outcomes.values()), "held from production is not a failure"
-            current = store.corpus.index_versions()
-            (candidate,) = [v["index_version"] for v in current if v["index_version"] != production]
-
-            held = {d.doc_id for d in store.corpus.documents(candidate)} - {
-                d.doc_id for d in store.corpus.documents(production) if d.file_hash == _registered(store, d.doc_id)}
-            assert held == set(SIGNAL_OF), held
-            production_docs = {d.doc_id for d in store.corpus.documents(production)}
-            assert {"docs/beta.md", "docs/gamma.md"} <= production_docs, "clean documents reach production"
-            assert not {"docs/memo.md", "docs/wartung.md"} & production_docs
-            # The changed document keeps its last good revision in production.
-            (alpha,) = store.corpus.chunks(production, doc_id="docs/alpha.md")
-            assert "90 days" in alpha.text and "Ignore" not in alpha.header
-            (gamma,) = store.corpus.chunks(production, doc_id="docs/gamma.md")
-            assert gamma.header_source == "openai" and "Gamma filters" in gamma.header
-            # The candidate, which the gate judges, holds every document.
-            assert {d.doc_id for d in store.corpus.documents(candidate)} == production_docs | held
-
-            lag = production_lag(store)
-            assert sorted(lag.missing) == ["docs/memo.md", "docs/wartung.md"] and lag.outdated == ["docs/alpha.md"]
-
-            # Reported: the run's observation per held document, and its log.
-            run_id = outcomes["docs/gamma.md"].run_id
-            observed = {}
-            for record in instance.fetch_observations(dg.AssetKey(CHUNK_EMBEDDINGS), limit=100).records:
-                metadata = {k: v.value for k, v in record.asset_observation.metadata.items()}
-                if record.run_id == run_id and "held" in metadata:
-                    observed[record.partition_key] = metadata
-            assert set(observed) == set(SIGNAL_OF), observed
-            for key, signal in SIGNAL_OF.items():
-                metadata = observed[key]
-                assert metadata["role"] == PRODUCTION_ALIAS and metadata["index_version"] == production
-                assert signal in metadata["held"] and key.split("/")[-1] in metadata["held"], metadata
-                assert metadata["headers_checked"] == 1 and "This passage" in metadata["held_examples"]
-            warnings = [e.message for e in instance.all_logs(run_id) if "held from production" in (e.message or "")]
-            assert sorted(w.split(":")[0] for w in warnings) == sorted(SIGNAL_OF), warnings
-            summary = [e.message for e in instance.all_logs(run_id) if "also committed to production" in (e.message or "")]
-            assert any("3 held" in s for s in summary), summary
+            yield instance, ingest, docs, llm, production
     finally:
         sim.proc.terminate()
         sim.proc.wait(timeout=10)
+
+
+def write(folder: Path, docs: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in docs.items():
+        (folder / name).write_text(text)
+
+
+@pytest.mark.parametrize("backend", ["duckdb", "postgres"])
+def test_production_kept_fresh_holds_documents_whose_headers_lie(backend, tmp_path, settings_factory, request):
+    database_url = request.getfixturevalue("pg_url") if backend == "postgres" else ""
+    with production_by_the_model(tmp_path, settings_factory, database_url) as (instance, ingest, docs, _, production):
+        # The settings move on (structural headers: a new current version); production, built by the
+        # model, is kept fresh from its recipe by the same runs.
+        write(docs, {**CLEAN, **BAD})
+        structural = settings_factory(database_url=database_url)
+        outcomes, store = ingest(structural, docs)
+        assert all(o.success for o in outcomes.values()), "held from production is not a failure"
+        current = store.corpus.index_versions()
+        (candidate,) = [v["index_version"] for v in current if v["index_version"] != production]
+
+        held = {d.doc_id for d in store.corpus.documents(candidate)} - {
+            d.doc_id for d in store.corpus.documents(production) if d.file_hash == _registered(store, d.doc_id)}
+        assert held == set(SIGNAL_OF), held
+        production_docs = {d.doc_id for d in store.corpus.documents(production)}
+        assert {"docs/beta.md", "docs/gamma.md"} <= production_docs, "clean documents reach production"
+        assert not {"docs/memo.md", "docs/wartung.md"} & production_docs
+        # The changed document keeps its last good revision in production.
+        (alpha,) = store.corpus.chunks(production, doc_id="docs/alpha.md")
+        assert "90 days" in alpha.text and "Ignore" not in alpha.header
+        (gamma,) = store.corpus.chunks(production, doc_id="docs/gamma.md")
+        assert gamma.header_source == "openai" and "Gamma filters" in gamma.header
+        # The candidate, which the gate judges, holds every document.
+        assert {d.doc_id for d in store.corpus.documents(candidate)} == production_docs | held
+
+        lag = production_lag(store)
+        assert sorted(lag.missing) == ["docs/memo.md", "docs/wartung.md"] and lag.outdated == ["docs/alpha.md"]
+
+        # Reported: the run's observation per held document, and its log.
+        run_id = outcomes["docs/gamma.md"].run_id
+        observed = {}
+        for record in instance.fetch_observations(dg.AssetKey(CHUNK_EMBEDDINGS), limit=100).records:
+            metadata = {k: v.value for k, v in record.asset_observation.metadata.items()}
+            if record.run_id == run_id and "held" in metadata:
+                observed[record.partition_key] = metadata
+        assert set(observed) == set(SIGNAL_OF), observed
+        for key, signal in SIGNAL_OF.items():
+            metadata = observed[key]
+            assert metadata["role"] == PRODUCTION_ALIAS and metadata["index_version"] == production
+            assert signal in metadata["held"] and key.split("/")[-1] in metadata["held"], metadata
+            assert metadata["headers_checked"] == 1 and "This passage" in metadata["held_examples"]
+        warnings = [e.message for e in instance.all_logs(run_id) if "held from production" in (e.message or "")]
+        assert sorted(w.split(":")[0] for w in warnings) == sorted(SIGNAL_OF), warnings
+        summary = [e.message for e in instance.all_logs(run_id) if "also committed to production" in (e.message or "")]
+        assert any("3 held" in s for s in summary), summary
 
 
 def _registered(store, doc_id: str) -> str | None:
@@ -142,31 +150,15 @@ def test_documents_written_straight_into_production_are_held_too(tmp_path, setti
     """Production is the current version: what a run commits is served at once, ungated. A document whose
     headers fail the checks is not committed (its run reports it failed, not to be retried, with the
     reason); production keeps its last good revision; clean documents go in."""
-    sim = SimFleet.start(tmp_path, time_scale=0.02, speeds=(1.0,), root="weights-a")
-    try:
-        home = tmp_path / "dagster_home"
-        home.mkdir()
-        with dg.DagsterInstance.local_temp(str(home)) as instance:
-            ingest = Ingest(instance, tmp_path)
-            docs = tmp_path / "docs"
-            write(docs, DOCS)
-            llm = settings_factory(header_source="openai", llm_base_urls=sim.base_urls[0])
-            outcomes, store = ingest(llm, docs)
-            assert all(o.success for o in outcomes.values()), outcomes
-            (production,) = [v["index_version"] for v in store.corpus.index_versions()]
-            store.aliases.set(PRODUCTION_ALIAS, production, reason="the gate passed it (set by the test)")
-
-            write(docs, {**CLEAN, **BAD})
-            outcomes, store = ingest(llm, docs)
-            failed = {k for k, o in outcomes.items() if not o.success}
-            assert failed == set(SIGNAL_OF), outcomes
-            for key, signal in SIGNAL_OF.items():
-                assert signal in outcomes[key].error, outcomes[key].error
-            assert [v["index_version"] for v in store.corpus.index_versions()] == [production]
-            production_docs = {d.doc_id for d in store.corpus.documents(production)}
-            assert production_docs == {"docs/alpha.md", "docs/beta.md", "docs/gamma.md"}
-            (alpha,) = store.corpus.chunks(production, doc_id="docs/alpha.md")
-            assert "90 days" in alpha.text, "production keeps the last good revision"
-    finally:
-        sim.proc.terminate()
-        sim.proc.wait(timeout=10)
+    with production_by_the_model(tmp_path, settings_factory) as (_, ingest, docs, llm, production):
+        write(docs, {**CLEAN, **BAD})
+        outcomes, store = ingest(llm, docs)
+        failed = {k for k, o in outcomes.items() if not o.success}
+        assert failed == set(SIGNAL_OF), outcomes
+        for key, signal in SIGNAL_OF.items():
+            assert signal in outcomes[key].error, outcomes[key].error
+        assert [v["index_version"] for v in store.corpus.index_versions()] == [production]
+        production_docs = {d.doc_id for d in store.corpus.documents(production)}
+        assert production_docs == {"docs/alpha.md", "docs/beta.md", "docs/gamma.md"}
+        (alpha,) = store.corpus.chunks(production, doc_id="docs/alpha.md")
+        assert "90 days" in alpha.text, "production keeps the last good revision"

@@ -35,7 +35,7 @@ from contextual_assets.defs.resources import build_resources
 from contextual_assets.store.shared import clear_store_cache
 from contextual_assets.errors import DocumentError
 from contextual_assets.ingest.document_keys import key_for_path, partition_key_for
-from tests.support import REPO_ROOT, free_port
+from tests.support import REPO_ROOT, free_port, wait_until_answering
 
 # --------------------------------------------------------------------------------------------
 # SQL under hostile names
@@ -333,16 +333,7 @@ def test_ctx_serve_strips_its_token_so_a_secrets_trailing_newline_locks_nobody_o
                               text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300  # a loaded machine: the store and the service's imports first
-        while True:
-            assert server.poll() is None, server.stdout.read()
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "ctx serve did not start"
-            time.sleep(0.3)
+        wait_until_answering(server, f"{base}/healthz")
         invalid = {"query": ""}  # refused after the token check, before any store: 422 means admitted
 
         def status(headers: dict) -> int:
