@@ -6,9 +6,9 @@ process, Dagster's run monitoring cannot check a worker the run launcher did not
 `ctx_ingest` pool at run granularity it holds a slot, so the sensor's next run has nothing to start on.
 
 Each such run is tagged with its process (host, pid, and the process's start time, which a reused pid
-does not share); the next `ctx` command and every tick of the `new_documents` sensor mark a run whose
-process is gone as failed (`fail_dead_runs`). A run of another host is left to its own host's next
-command: its process cannot be seen from here. Runs the daemon launches are the code server's: it fails a
+does not share); the next `ctx ingest` or `ctx eval` and every tick of the `new_documents` sensor mark a
+run whose process is gone as failed (`fail_dead_runs`). A run of another host is left to its own host's
+next command: its process cannot be seen from here. Runs the daemon launches are the code server's: it fails a
 run whose worker process exited (and run monitoring, in the shipped dagster.yaml, one that never started).
 """
 
