@@ -10,6 +10,7 @@ from contextual_assets.errors import ConfigurationError, HeaderGenerationError
 from contextual_assets.fleet.config import FleetConfig, ReplicaConfig
 from contextual_assets.fleet.discovery import ModelDiscovery
 from contextual_assets.fleet.pool import HeaderFleet
+from contextual_assets.headers.cache_key import HEADER_KEY_SCHEME
 from contextual_assets.headers.context import header_requests
 from contextual_assets.headers.openai_source import OpenAIHeaderSource
 from contextual_assets.headers.prompt import load_prompt
@@ -30,7 +31,7 @@ def test_openai_source_against_llama_cpp(llama_server, samples_dir):
         assert source.model == "smollm2-135m-instruct", "discovered from /v1/models"
         assert fleet.context_limit is None, "llama.cpp does not report max_model_len"
         assert source.identity == {"header_source": "openai", "header_model": "smollm2-135m-instruct",
-                                   "prompt_version": "header-v2"}
+                                   "prompt_version": "header-v2", "header_cache_key": HEADER_KEY_SCHEME}
         doc = parse_document("n", samples_dir / "release_notes.txt", counter, chunk_tokens=120, max_bytes=10**8,
                              max_pdf_pages=10)
         requests = header_requests(doc, counter, 400)[:3]
