@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 from pathlib import Path
 
 from .blocks import Block, ParsedSource
@@ -25,9 +26,16 @@ _DEF_LINE = re.compile(
 )
 
 
+# CPython 3.11 keeps the AST constructor's recursion depth per interpreter, not per thread: two documents
+# parsed at once (the pipeline parses in threads) can fail with "SystemError: AST constructor recursion
+# depth mismatch" (seen in the test suite). One parse at a time; it is a small share of a document's work.
+_AST_LOCK = threading.Lock()
+
+
 def _python_definitions(text: str) -> list[tuple[int, str]] | None:
     try:
-        tree = ast.parse(text)
+        with _AST_LOCK:
+            tree = ast.parse(text)
     except SyntaxError:
         return None
     starts: list[tuple[int, str]] = []
