@@ -29,45 +29,52 @@ def backend(request, settings_factory, env):
     return settings_factory(database_url=url), {**env, "DATABASE_URL": url}
 
 
-def test_an_emptied_inbox_removes_nothing_until_confirmed_and_one_deletion_goes_at_once(tmp_path, backend):
-    settings, env = backend
-    names = ["a.md", "b.md", "c.md", "d.md", "e.md", "f.md"]
-    inbox = inbox_with(tmp_path, *names)
+NAMES = ["a.md", "b.md", "c.md", "d.md", "e.md", "f.md"]
+
+
+def six_in_the_inbox(tmp_path, settings):
+    """Six files in the inbox, taken by one tick: (inbox, the sensor harness, the store)."""
+    inbox = inbox_with(tmp_path, *NAMES)
     harness = Harness(settings, tmp_path / "dagster_home")
     harness.tick()
-    store = harness.store_resource.open()
+    return inbox, harness, harness.store_resource.open()
+
+
+def test_an_emptied_inbox_removes_nothing_until_confirmed_and_one_deletion_goes_at_once(tmp_path, backend):
+    settings, env = backend
+    inbox, harness, store = six_in_the_inbox(tmp_path, settings)
     location = open_inbox(settings.inbox).location
-    assert harness.partitions() == set(names)
+    assert harness.partitions() == set(NAMES)
 
     # One file deleted, under the thresholds: removed in that tick, as before.
     (inbox / "f.md").unlink()
     one = harness.tick()
-    assert not holds(one) and harness.partitions() == set(names) - {"f.md"}
+    assert not holds(one) and harness.partitions() == set(NAMES) - {"f.md"}
     assert store.corpus.get_source("f.md") is None
 
     # The folder emptied (an unmounted share's mount point) while a new file arrives: the new file is
     # requested, nothing is removed, the tick's log warns.
-    for name in names[:-1]:
+    for name in NAMES[:-1]:
         (inbox / name).unlink()
     (inbox / "new.md").write_text("# New\n\nArrived meanwhile.\n")
     emptied = harness.tick()
     assert harness.requested(emptied) == ["new.md"]
-    assert harness.partitions() == set(names[:-1]) | {"new.md"}
-    assert all(store.corpus.get_source(name) is not None for name in names[:-1])
+    assert harness.partitions() == set(NAMES[:-1]) | {"new.md"}
+    assert all(store.corpus.get_source(name) is not None for name in NAMES[:-1])
     warned = harness.logged("all 5 of the inbox's documents are missing from its listing")
     assert warned and "WARNING" in warned[0] and "ctx inbox confirm-removals" in warned[0]
     held = store.inbox_state.held_removals(location)  # recorded, for an operator to confirm
-    assert sorted(h.doc_id for h in held.values()) == names[:-1]
+    assert sorted(h.doc_id for h in held.values()) == NAMES[:-1]
     assert all(h.confirmed_at is None for h in held.values())
 
     # Held until confirmed, tick after tick; with no run to request, the reason is the tick's skip reason.
     still = harness.tick()
     assert "none of them removed" in still.skip_message and "ctx inbox confirm-removals" in still.skip_message
-    assert harness.partitions() == set(names[:-1]) | {"new.md"}
+    assert harness.partitions() == set(NAMES[:-1]) | {"new.md"}
     assert store.inbox_state.held_removals(location) == held
 
     listed = run_ctx(env, "inbox", "held", check=True).stdout
-    assert all(name in listed for name in names[:-1]) and "5 held: all 5" in listed
+    assert all(name in listed for name in NAMES[:-1]) and "5 held: all 5" in listed
     wrong = run_ctx(env, "inbox", "confirm-removals", "--expect", "4")
     assert wrong.returncode == 2 and "--expect 4, but 5 removals are held" in wrong.stderr
     assert store.inbox_state.held_removals(location) == held, "nothing confirmed"
@@ -76,7 +83,7 @@ def test_an_emptied_inbox_removes_nothing_until_confirmed_and_one_deletion_goes_
 
     removed = harness.tick()
     assert removed.run_requests == [] and harness.partitions() == {"new.md"}
-    assert all(store.corpus.get_source(name) is None for name in names[:-1])
+    assert all(store.corpus.get_source(name) is None for name in NAMES[:-1])
     assert len(harness.logged("(removal confirmed)")) == 5
     assert store.inbox_state.held_removals(location) == {}
     assert not holds(harness.tick())
@@ -90,11 +97,7 @@ def put_version(store, doc_id: str, version: str) -> None:
 
 def test_a_rollback_target_keeps_a_removed_document_until_it_is_rolled_past(tmp_path, backend):
     settings, _ = backend
-    names = ["a.md", "b.md", "c.md", "d.md", "e.md", "f.md"]
-    inbox = inbox_with(tmp_path, *names)
-    harness = Harness(settings, tmp_path / "dagster_home")
-    harness.tick()
-    store = harness.store_resource.open()
+    inbox, harness, store = six_in_the_inbox(tmp_path, settings)
     for version in ("iv-1", "iv-2"):
         put_version(store, "a.md", version)
     put_version(store, "b.md", "iv-0")
