@@ -21,7 +21,16 @@ import sys
 from pathlib import Path
 
 from bench.corpora import expected_chunks, write_corpus
-from bench.faults import REPO_ROOT, Context, Env, Fleet, Result, fleet_env, ingest, store_state
+from bench.fault_harness import (
+    REPO_ROOT,
+    Context,
+    Env,
+    Fleet,
+    Result,
+    fleet_env,
+    ingest,
+    store_state,
+)
 from bench.killing_ctx import KILL_AFTER_COMMIT_OF
 
 

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import dagster as dg
 
-from bench.faults import Env
+from bench.fault_harness import Env
 
 
 @contextmanager
