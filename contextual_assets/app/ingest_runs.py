@@ -18,8 +18,8 @@ from contextual_assets.ingest.file_selection import collect_sources  # noqa: F40
 from contextual_assets.ingest.inbox import file_sha256
 from contextual_assets.ingest.partition_ranges import partition_ranges
 from contextual_assets.ingest.pipeline import local_file_size
-from contextual_assets.lifecycle.commit_reconcile import reconcile_failed_runs
-from contextual_assets.lifecycle.run_liveness import fail_dead_runs, this_process_tags
+from contextual_assets.lifecycle.commit_reconcile import recover_dead_runs  # noqa: F401 (ctx commands call it here)
+from contextual_assets.lifecycle.run_liveness import this_process_tags
 from contextual_assets.models import SourceRecord
 from contextual_assets.names import CHUNK_EMBEDDINGS, INGEST_JOB
 from contextual_assets.store import ChunkStore
@@ -44,17 +44,6 @@ def ensure_dagster_home(ctx_home: str) -> Path:
     if not (home / "dagster.yaml").exists() and REPO_DAGSTER_YAML.exists():
         shutil.copyfile(REPO_DAGSTER_YAML, home / "dagster.yaml")
     return home
-
-
-def recover_dead_runs(instance: dg.DagsterInstance, store: ChunkStore) -> list[str]:
-    """Before new runs: fail the runs of this host whose process died (they hold ingest slots), then
-    record the commits that failed runs made but never recorded; one line per thing done."""
-    lines = [f"run {run_id} marked failed: its process is gone" for run_id in fail_dead_runs(instance)]
-    reconciled = reconcile_failed_runs(instance, store)
-    if reconciled:
-        lines.append(f"{len(reconciled)} documents committed by a run that died before recording them now "
-                     f"show as materialized: {', '.join(reconciled[:5])}{' ...' if len(reconciled) > 5 else ''}")
-    return lines
 
 
 def register_sources(store: ChunkStore, instance: dg.DagsterInstance, sources: list[tuple[str, Path]]) -> None:

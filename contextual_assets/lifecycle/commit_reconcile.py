@@ -28,10 +28,12 @@ from contextual_assets.names import (
 )
 from contextual_assets.store import ChunkStore
 
+from .run_liveness import fail_dead_runs
+
 RECONCILED_FROM_RUN = "reconciled_from_run"
 # Failed runs looked at per call: a sensor tick or a `ctx` command after a crash meets the last few.
 RECENT_FAILED_RUNS = 20
-RECENT_WINDOW = timedelta(days=7)
+RECENT_WINDOW = timedelta(days=1)  # the next tick or command comes long before; each looks again (idempotent)
 PARTITION_TAG = "dagster/partition"
 
 
@@ -63,6 +65,18 @@ def unrecorded(rows: list[DocumentRecord], registered: dict[str, str], recorded:
     return found
 
 
+def recover_dead_runs(instance: dg.DagsterInstance, store: ChunkStore) -> list[str]:
+    """Before new runs (`ctx ingest`, `ctx eval`, each `new_documents` tick): fail the runs of this host whose
+    process died (they hold ingest slots), then record what failed runs committed but never recorded; one
+    line per thing done."""
+    lines = [f"run {run_id} marked failed: its process is gone" for run_id in fail_dead_runs(instance)]
+    reconciled = reconcile_failed_runs(instance, store)
+    if reconciled:
+        lines.append(f"{len(reconciled)} documents committed by a run that died before recording them now "
+                     f"show as materialized: {', '.join(reconciled[:5])}{' ...' if len(reconciled) > 5 else ''}")
+    return lines
+
+
 def reconcile_failed_runs(instance: dg.DagsterInstance, store: ChunkStore) -> list[str]:
     """Materializations reported for documents committed by failed ingest runs that never recorded them;
     the documents' keys."""
@@ -75,15 +89,13 @@ def reconcile_failed_runs(instance: dg.DagsterInstance, store: ChunkStore) -> li
     ordered = list(instance.get_dynamic_partitions(DOCUMENTS_PARTITIONS))
     registered = {s.doc_id: s.file_hash for s in store.corpus.list_sources()}
     production = store.aliases.get(PRODUCTION_ALIAS)
-    stored = store.corpus.documents()
     reconciled: list[str] = []
     for record in records:
         keys = [k for k in run_keys(dict(record.dagster_run.tags), ordered) if k in registered]
         if not keys:
             continue
         started_at = record.create_timestamp.astimezone(timezone.utc).isoformat(timespec="milliseconds")
-        wanted = set(keys)
-        rows = [d for d in stored if d.doc_id in wanted]
+        rows = store.corpus.documents(doc_ids=keys)  # the run's documents only: a tick must stay cheap
         latest = _latest_materializations(instance, keys)
         recorded = {k for k, (run_id, at) in latest.items() if run_id == record.dagster_run.run_id or at >= started_at}
         for row in unrecorded(rows, registered, recorded, started_at, production):

@@ -40,7 +40,8 @@ class Corpus(Protocol):
     def purge_document(self, doc_id: str, alias: str = PRODUCTION_ALIAS) -> int: ...
     def release_retained(self, alias: str = PRODUCTION_ALIAS) -> int: ...
     def retained(self) -> dict[str, list[str]]: ...
-    def documents(self, index_version: str | None = None) -> list[DocumentRecord]: ...
+    def documents(self, index_version: str | None = None, doc_ids: Sequence[str] | None = None,
+                  ) -> list[DocumentRecord]: ...
     def count_chunks(self, index_version: str | None = None, doc_id: str | None = None) -> int: ...
     def chunks(self, index_version: str, doc_id: str | None = None) -> list[HeaderedChunk]: ...
     def chunks_by_key(self, index_version: str, keys: Sequence[ChunkKey]) -> dict[ChunkKey, HeaderedChunk]: ...
@@ -265,15 +266,23 @@ class CorpusTable:
             found.setdefault(version, []).append(doc_id)
         return found
 
-    def documents(self, index_version: str | None = None) -> list[DocumentRecord]:
-        """Stored documents, optionally of one index version."""
+    def documents(self, index_version: str | None = None,
+                  doc_ids: Sequence[str] | None = None) -> list[DocumentRecord]:
+        """Stored documents, optionally of one index version, optionally only these documents."""
         sql = ("SELECT doc_id, index_version, source_path, kind, title, file_hash, n_chunks, updated_at "
                "FROM ctx_documents")
-        params: tuple = ()
+        conditions, params = [], []
         if index_version is not None:
-            sql += " WHERE index_version = ?"
-            params = (index_version,)
-        rows = self._backend.query(sql + " ORDER BY index_version, doc_id", params)
+            conditions.append("index_version = ?")
+            params.append(index_version)
+        if doc_ids is not None:
+            if not doc_ids:
+                return []
+            conditions.append(f"doc_id IN ({', '.join('?' for _ in doc_ids)})")
+            params.extend(doc_ids)
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        rows = self._backend.query(sql + " ORDER BY index_version, doc_id", tuple(params))
         return [
             DocumentRecord(doc_id=r[0], index_version=r[1], source_path=r[2], kind=r[3], title=r[4], file_hash=r[5],
                            n_chunks=int(r[6]), updated_at=str(r[7]))

@@ -484,3 +484,13 @@ def test_a_page_range_must_run_forwards():
     with pytest.raises(ValidationError, match="page_from"):
         ChunkFilter(page_from=5, page_to=2)
     assert ChunkFilter().is_empty() and not ChunkFilter(page_to=2).is_empty()
+
+
+def test_documents_of_some_ids_only(store):
+    put(store, "a.txt", ["alpha text"], version="iv-a")
+    put(store, "b.txt", ["beta text"], version="iv-a", offset=1)
+    put(store, "a.txt", ["alpha text"], version="iv-b")
+    assert [(d.doc_id, d.index_version) for d in store.corpus.documents(doc_ids=["a.txt"])] == [
+        ("a.txt", "iv-a"), ("a.txt", "iv-b")]
+    assert [d.doc_id for d in store.corpus.documents("iv-a", doc_ids=["b.txt", "c.txt"])] == ["b.txt"]
+    assert store.corpus.documents(doc_ids=[]) == []

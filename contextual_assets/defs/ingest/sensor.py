@@ -17,8 +17,7 @@ import dagster as dg
 
 from contextual_assets.defs.resources import ChunkStoreResource
 from contextual_assets.ingest.inbox_watch import RUN_KEY_TAG, FailedRun, InboxOptions, InboxWatcher, RunSpec
-from contextual_assets.lifecycle.commit_reconcile import reconcile_failed_runs
-from contextual_assets.lifecycle.run_liveness import fail_dead_runs
+from contextual_assets.lifecycle.commit_reconcile import recover_dead_runs
 from contextual_assets.names import CHUNK_EMBEDDINGS, INGEST_JOB
 from contextual_assets.settings import active_settings
 
@@ -93,12 +92,8 @@ def build_new_documents_sensor(job: str | dg.JobDefinition | dg.UnresolvedAssetJ
         chunk_store = store.open()
         # Runs whose process died (a killed `ctx ingest`) release their ingest slots before this tick's
         # runs queue, and what failed runs committed without recording it shows as materialized.
-        for run_id in fail_dead_runs(context.instance):
-            context.log.warning(f"run {run_id} marked failed: its process is gone")
-        reconciled = reconcile_failed_runs(context.instance, chunk_store)
-        if reconciled:
-            context.log.info(f"{len(reconciled)} documents committed by a run that died before recording them "
-                             f"now show as materialized: {', '.join(reconciled[:5])}")
+        for line in recover_dead_runs(context.instance, chunk_store):
+            context.log.warning(line)
         partitions = list(context.instance.get_dynamic_partitions(documents_partitions.name))
         outcome = watcher.tick(context.cursor, partitions, chunk_store, DagsterRunHistory(context.instance))
         if outcome.skipped:
