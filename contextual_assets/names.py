@@ -31,3 +31,10 @@ BASE_MOVED = "base_moved"
 # Jobs.
 INGEST_JOB = "ingest_documents"
 EVALUATE_AND_PROMOTE_JOB = "evaluate_and_promote"
+
+# The run tags that say which partitions a run covers, as backfills set them (Dagster documents them as
+# strings, not as a public constant; tests/unit/test_partition_tags.py checks them against the installed
+# Dagster so an upgrade that renames them fails there).
+PARTITION_TAG = "dagster/partition"
+ASSET_PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
+ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"

@@ -16,14 +16,16 @@ from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 
-from contextual_assets.defs.ingest.partitions import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from contextual_assets.models import DocumentRecord
 from contextual_assets.names import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
     CHUNK_EMBEDDINGS,
     CHUNK_HEADERS,
     DOCUMENTS_PARTITIONS,
     INGEST_JOB,
     PARSED_CHUNKS,
+    PARTITION_TAG,
     PRODUCTION_ALIAS,
 )
 from contextual_assets.store import ChunkStore
@@ -34,7 +36,6 @@ RECONCILED_FROM_RUN = "reconciled_from_run"
 # Failed runs looked at per call: a sensor tick or a `ctx` command after a crash meets the last few.
 RECENT_FAILED_RUNS = 20
 RECENT_WINDOW = timedelta(days=1)  # the next tick or command comes long before; each looks again (idempotent)
-PARTITION_TAG = "dagster/partition"
 
 
 def run_keys(tags: dict[str, str], ordered: list[str]) -> list[str]:

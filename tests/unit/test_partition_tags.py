@@ -8,6 +8,7 @@ from contextual_assets.defs.ingest.partitions import (
     ASSET_PARTITION_RANGE_START_TAG,
     range_run_tags,
 )
+from contextual_assets.names import PARTITION_TAG
 
 
 def test_range_tags_match_the_installed_dagster():
@@ -16,6 +17,7 @@ def test_range_tags_match_the_installed_dagster():
 
     assert ASSET_PARTITION_RANGE_START_TAG == tags.ASSET_PARTITION_RANGE_START_TAG
     assert ASSET_PARTITION_RANGE_END_TAG == tags.ASSET_PARTITION_RANGE_END_TAG
+    assert PARTITION_TAG == tags.PARTITION_NAME_TAG
 
 
 def test_range_run_tags_cover_first_to_last():

@@ -9,13 +9,11 @@ from __future__ import annotations
 import dagster as dg
 
 from contextual_assets.ingest.partition_ranges import partition_ranges
-from contextual_assets.names import DOCUMENTS_PARTITIONS
-
-# The run tags that make a run cover a partition range, as backfills set them (Dagster documents them
-# as strings, not as a public constant; tests/unit/test_partition_tags.py checks them against the
-# installed Dagster so an upgrade that renames them fails there).
-ASSET_PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
-ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
+from contextual_assets.names import (  # noqa: F401 - the range tags are read from here too
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    DOCUMENTS_PARTITIONS,
+)
 
 documents_partitions = dg.DynamicPartitionsDefinition(name=DOCUMENTS_PARTITIONS)
 
