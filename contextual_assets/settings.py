@@ -41,6 +41,8 @@ class PlatformSettings(BaseSettings):
     home: str = Field(".ctx", description="a directory for the embedded store and Dagster's home")
     inbox: str = Field("inbox", description="the folder or object-store URL (s3://bucket/prefix, any fsspec URL) "
                                             "the new_documents sensor watches")
+    inbox_interval_s: int = Field(5, ge=5, description="seconds >= 5 between ticks of the new_documents sensor "
+                                                       "(Dagster's sensor loop does not tick faster)")
     inbox_settle_s: float = Field(5.0, ge=0, description="seconds >= 0 a new or changed inbox file must stay "
                                                          "unchanged before it is taken (0: at once)")
     inbox_retry_limit: int = Field(3, ge=0, description="an integer >= 0 (times the sensor re-requests a document "

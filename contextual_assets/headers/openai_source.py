@@ -27,6 +27,7 @@ from .structural import StructuralHeaderSource
 from .validation import validate_header
 
 CACHE_FLUSH_EVERY = 16
+FIRST_SLICE = 8  # a document's first requests are sent once this many of its chunks are fitted
 # Our prompt-size estimate uses the embedder's tokenizer, not the served model's: a prompt the server
 # refuses as over its context is fitted again once, to the limit it names (else the known one), with this
 # much more margin.
@@ -249,17 +250,25 @@ class OpenAIHeaderSource(HeaderSource):
         started = time.monotonic()
         stats = HeaderRunStats(chunks=len(requests))
         limit = self.fleet.context_limit
-        fitted = [fit_prompt(r, self.prompt, self.counter, context_limit=limit, max_output_tokens=self.max_output_tokens,
-                             safety=self.token_safety) for r in requests]
+        weights = self.fleet.resolved.weights
+        fitted: list[FittedPrompt] = []
+        keys: list[str] = []
+        results: list[HeaderResult | None] = []
+        futures: dict[concurrent.futures.Future, list[int]] = {}
+        # Fitted, looked up and sent a slice at a time: the first requests leave after a few chunks are
+        # fitted, not the whole document (fitting tokenizes each chunk's context: ~0.5 s for 150 chunks).
+        for part in request_slices(len(requests)):
+            fitted.extend(fit_prompt(requests[i], self.prompt, self.counter, context_limit=limit,
+                                     max_output_tokens=self.max_output_tokens, safety=self.token_safety)
+                          for i in part)
+            keys.extend(header_cache_key(weights, self.revision, self.prompt_version, fitted[i].messages,
+                                         requests[i].chunk.content_hash) for i in part)
+            results.extend(self._cached(keys[part.start:part.stop], on_result, first=part.start))
+            pending = [i for i in part if results[i] is None]
+            futures.update(self._submit(pending, requests, fitted, stats))
         stats.trimmed_contexts = sum(1 for f in fitted if f.trimmed_parts)
         stats.cut_chunks = sum(1 for f in fitted if f.chunk_cut)
-        weights = self.fleet.resolved.weights
-        keys = [header_cache_key(weights, self.revision, self.prompt_version, f.messages, r.chunk.content_hash)
-                for r, f in zip(requests, fitted)]
-        results = self._cached(keys, on_result)
         stats.cache_hits = sum(1 for r in results if r is not None)
-        pending = [i for i, r in enumerate(results) if r is None]
-        futures = self._submit(pending, requests, fitted, stats)
         tolerated = int(self.fallback_share * len(requests))
         errors = self._collect(futures, requests, fitted, keys, results, stats, on_result, cancel, tolerated)
         stats.wall_s = time.monotonic() - started
@@ -275,15 +284,16 @@ class OpenAIHeaderSource(HeaderSource):
         return [r for r in results if r is not None], stats
 
     def _cached(self, keys: list[str], on_result: Callable[[int, HeaderResult], None] | None,
-                ) -> list[HeaderResult | None]:
-        """The headers the cache already holds, in request order (None: not cached), reported at once."""
+                first: int = 0) -> list[HeaderResult | None]:
+        """The headers the cache already holds, in request order (None: not cached), reported at once
+        (`keys` are those of requests `first`, `first + 1`, ...)."""
         cached = self.header_cache.cached_headers(keys) if self.header_cache is not None else {}
         results: list[HeaderResult | None] = [None] * len(keys)
         for index, key in enumerate(keys):
             if key in cached:
                 results[index] = HeaderResult(header=cached[key], source="openai", model=self.model)
                 if on_result is not None:
-                    on_result(index, results[index])
+                    on_result(first + index, results[index])
         return results
 
     def _send_single(self, request: HeaderRequest, fitted: FittedPrompt) -> concurrent.futures.Future:
@@ -378,6 +388,15 @@ class OpenAIHeaderSource(HeaderSource):
             if self.header_cache is not None and to_cache:
                 self.header_cache.cache_headers(to_cache)
         return errors
+
+
+def request_slices(count: int, first: int = FIRST_SLICE) -> list[range]:
+    """0..count in slices of `first`, then twice as many each time: few cache queries, an early first send."""
+    slices, start, size = [], 0, max(1, first)
+    while start < count:
+        slices.append(range(start, min(count, start + size)))
+        start, size = start + size, size * 2
+    return slices
 
 
 def _header_results(result: FleetResult, indices: list[int]) -> dict[int, HeaderResult]:

@@ -58,12 +58,12 @@ class InboxOptions(BaseModel):
     max_remove: int = PlatformSettings.default("inbox_max_remove")
     max_remove_share: float = PlatformSettings.default("inbox_max_remove_share")
     max_bytes: int = DEFAULT_MAX_BYTES
-    interval_s: int = 15
+    interval_s: int = PlatformSettings.default("inbox_interval_s")
 
     @classmethod
     def from_settings(cls, settings: PlatformSettings) -> InboxOptions:
         return cls(inbox=settings.inbox, partitions_per_run=settings.partitions_per_run,
-                   settle_s=settings.inbox_settle_s, retry_limit=settings.inbox_retry_limit,
+                   interval_s=settings.inbox_interval_s, settle_s=settings.inbox_settle_s, retry_limit=settings.inbox_retry_limit,
                    retry_base_s=settings.inbox_retry_base_s, max_remove=settings.inbox_max_remove,
                    max_remove_share=settings.inbox_max_remove_share,
                    max_bytes=int(settings.max_file_mb * 1_000_000))

@@ -264,6 +264,46 @@ def test_a_prompt_the_server_refuses_as_too_long_is_fitted_again_to_the_limit_it
     assert len(results) == 4 and all(r.source == "openai" for r in results)
 
 
+def test_a_documents_first_requests_leave_before_its_last_chunk_is_fitted(tmp_path, monkeypatch):
+    """Fitting a chunk's prompt tokenizes its context: a long document's first requests are sent after a
+    first slice is fitted, so the fleet starts on it while the rest is fitted; every header still lands
+    at its chunk's index, the second pass all from the cache."""
+    from bench.sim import FleetSimulator
+    from contextual_assets.headers import openai_source
+    from contextual_assets.store import open_store
+
+    requests = requests_of(tmp_path / "ledger.md", "# Ledger\n\n" + "\n\n".join(
+        f"## Entry {i}\n\nEntry {i} moves crate {i} from bay {i % 7} to dock {i % 5} and logs it." for i in range(40)),
+        chunk_tokens=30, context_tokens=200)
+    assert len(requests) > 2 * openai_source.FIRST_SLICE
+    fits, fits_at_first_send = [], []
+    real_fit = openai_source.fit_prompt
+    monkeypatch.setattr(openai_source, "fit_prompt", lambda *a, **k: fits.append(1) or real_fit(*a, **k))
+    store = open_store(None, tmp_path / "index.duckdb")
+    with FleetSimulator(1, time_scale=0.01) as sim:
+        fleet = make_fleet(sim.base_urls)
+        real_submit = fleet.submit
+        monkeypatch.setattr(fleet, "submit", lambda r: fits_at_first_send.append(len(fits)) or real_submit(r))
+        try:
+            source = OpenAIHeaderSource(fleet, load_prompt(), token_counter(), header_cache=store.header_cache)
+            results, stats = source.stream_with_stats(requests)
+            again, cached = source.stream_with_stats(requests)
+        finally:
+            fleet.close()
+    assert fits_at_first_send[0] == openai_source.FIRST_SLICE < len(requests)
+    assert [r.header for r in again] == [r.header for r in results] and len(results) == len(requests)
+    assert stats.cache_hits == 0 and cached.cache_hits == len(requests) and cached.per_replica == {}
+
+
+def test_request_slices_cover_every_request_once_first_small_then_doubling():
+    from contextual_assets.headers.openai_source import request_slices
+
+    assert request_slices(0) == []
+    assert request_slices(5, first=8) == [range(0, 5)]
+    assert request_slices(40, first=8) == [range(0, 8), range(8, 24), range(24, 40)]
+    assert [i for part in request_slices(1000) for i in part] == list(range(1000))
+
+
 def requests_of(path, text: str, *, chunk_tokens: int, context_tokens: int) -> list:
     """The header requests of a document written to `path`."""
     counter = token_counter()
