@@ -66,6 +66,7 @@ from pathlib import Path
 
 from bench.model_floor import CostModel, floor_figures
 from bench.report import write_json
+from bench.run_events import cpu_ms_per_event, event_counts, first_request_after
 from bench.sim import ReplicaSpec, SimFleet
 
 SPEEDS = (1.0, 1.0, 0.775, 0.775)
@@ -678,6 +679,7 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
         commits = [record.timestamp for record in instance.fetch_materializations(
             dg.AssetKey("chunk_embeddings"), limit=10000).records]
         materialized = instance.get_materialized_partitions(dg.AssetKey("chunk_embeddings"))
+        events = event_counts(instance, [run["runId"] for run in runs], len(keys))
     finally:
         if sampler is not None:
             sampler.stop()
@@ -705,9 +707,11 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
         "launch_to_commit_s": round(last_commit - first_launch, 2),
         "submit_to_launch_s": round(first_launch - submitted, 2),
         "startup_s": round(first_request - first_launch, 2) if first_request else None,
+        "submit_to_first_request_s": first_request_after(first_request, submitted),
         "run_start_s": round(min(run_starts) - first_launch, 2) if run_starts else None,
         "tail_s": round(last_commit - (figures["last_admission_t"] + offset), 2),
         "runs": len(runs),
+        **events, "cpu_ms_per_event": cpu_ms_per_event(OPTIONS.dagster_storage),
         "documents": documents,
         "chunks": chunks,
         "chunks_expected": expected_chunks,
@@ -880,6 +884,7 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
         timeline = sampler.stop()
         figures = fleet_figures(sim, timeline, speeds)
         runs = sensor_runs(instance)
+        events = event_counts(instance, [r["run_id"] for r in runs], len(paths))
     finally:
         if sampler is not None:
             sampler.stop()
@@ -909,7 +914,12 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
         "launch_to_commit_s": round(last_commit - first_launch, 2),
         "submit_to_launch_s": round(first_launch - drops[0], 2),
         "startup_s": round(first_request - first_launch, 2) if first_request else None,
+        # From the first drop (the sensor's interval and settle time included), and from the first run's
+        # creation (the tick's run request) to the fleet's first request.
+        "submit_to_first_request_s": first_request_after(first_request, drops[0]),
+        "request_to_first_request_s": first_request_after(first_request, min(r["created"] for r in runs)),
         "run_start_s": rel(min((r["started"] for r in runs if r["started"] is not None), default=None)),
+        **events, "cpu_ms_per_event": cpu_ms_per_event(OPTIONS.dagster_storage),
         "tail_s": round(last_commit - (figures["last_admission_t"] + offset), 2),
         "runs": len(runs),
         "documents": documents,
@@ -1233,14 +1243,26 @@ def summarize(rounds: list[dict]) -> dict:
         "mean_batch_occupancy": median("platform", "mean_batch_occupancy"),
         "preemptions": median("platform", "preemptions"),
         "launch_to_commit_s": median("platform", "launch_to_commit_s"),
+        "submit_to_first_request_s": median("platform", "submit_to_first_request_s"),
+        "request_to_first_request_s": median("platform", "request_to_first_request_s"),
+        "events_per_document": median("platform", "events_per_document"),
+        "planned_events_per_run_max": median("platform", "planned_events_per_run_max"),
+        "cpu_ms_per_event": median("platform", "cpu_ms_per_event"),
+        "oracle_floor_s": next((r[m]["oracle_floor_s"] for r in rounds for m in r if "oracle_floor_s" in r[m]), None),
     }
     summary["model_floor_s"] = next((r[m]["model_floor_s"] for r in rounds for m in r if "model_floor_s" in r[m]),
                                     None)
     ratios = {"wall_over_floor": [], "wall_over_model_floor": [], "floor_over_model_floor": [],
-              "legacy_over_platform": [], "idle_share": [], "launch_to_commit_over_model_floor": []}
+              "legacy_over_platform": [], "idle_share": [], "launch_to_commit_over_model_floor": [],
+              "platform_minus_floor_s": [], "wall_over_oracle": [], "floor_over_oracle": []}
     for r in rounds:
         if "platform" in r and "floor" in r:
             ratios["wall_over_floor"].append(r["platform"]["wall_s"] / r["floor"]["wall_s"])
+            # What the platform adds to the pool alone in the same round (the 2.5 s budget).
+            ratios["platform_minus_floor_s"].append(r["platform"]["wall_s"] - r["floor"]["wall_s"])
+        for mode, ratio in (("platform", "wall_over_oracle"), ("floor", "floor_over_oracle")):
+            if r.get(mode, {}).get("wall_over_oracle") is not None:
+                ratios[ratio].append(r[mode]["wall_over_oracle"])
         for mode, ratio in (("platform", "wall_over_model_floor"), ("floor", "floor_over_model_floor")):
             if r.get(mode, {}).get("wall_over_model_floor") is not None:
                 ratios[ratio].append(r[mode]["wall_over_model_floor"])
@@ -1253,6 +1275,7 @@ def summarize(rounds: list[dict]) -> dict:
                 r["platform"]["launch_to_commit_s"] / r["platform"]["model_floor_s"])
     for name, values in ratios.items():
         summary[name] = round(statistics.median(values), 3) if values else None
+    summary["idle_while_pending_share"] = summary["idle_share"]  # the name for the same figure
     last = rounds[-1].get("platform", {})
     chunks = next((r[m]["chunks"] for r in rounds for m in r if r[m].get("chunks") is not None), None)
     summary.update({"replica_share": last.get("replica_share"), "capacity_share": last.get("capacity_share"),

@@ -39,7 +39,7 @@ from .inbox import (
     plan_tick,
     run_key_part,
 )
-from .partition_ranges import partition_ranges
+from .partition_ranges import first_run_size, partition_ranges
 
 TRIGGER_TAG, INBOX_TAG, RUN_KEY_TAG = "ctx/trigger", "ctx/inbox", "ctx/run_key"
 # Failed runs are looked up from a little before the newest one already seen: run storage may
@@ -178,10 +178,17 @@ class InboxWatcher:
         # so they and runs of neighbouring changed ones form contiguous partition ranges, cut into runs
         # of even estimated cost (file size).
         order = [k for k in partitions if k not in removed] + added
-        runs = [self._run(plan, [requested[k] for k in keys], tick)
-                for group in request_groups(plan, requested)
-                for keys in partition_ranges(order, group, self.options.partitions_per_run,
-                                             cost=lambda k: plan.rows[requested[k]].size)]
+        runs: list[RunSpec] = []
+        for group in request_groups(plan, requested):
+            # The tick's first run is small when its documents are new (not when they keep a run key: a
+            # group requested again must keep its runs): it reaches the fleet while the next is created.
+            fresh = not runs and not any(plan.rows[requested[k]].run_key or plan.rows[requested[k]].failed_attempts
+                                         for k in group)
+            runs.extend(self._run(plan, [requested[k] for k in keys], tick)
+                        for keys in partition_ranges(order, group, self.options.partitions_per_run,
+                                                     cost=lambda k: plan.rows[requested[k]].size,
+                                                     first_run=first_run_size(self.options.partitions_per_run)
+                                                     if fresh else None))
         messages = list(plan.messages)
         purged = {key: store.corpus.purge_document(key, PRODUCTION_ALIAS) for key in sorted(removed)}
         kept: dict[str, list[str]] = {}

@@ -6,9 +6,20 @@ from __future__ import annotations
 from collections.abc import Callable
 
 
+# The first run of a batch holds at most 1/8 of a full run: Dagster writes one planned event per partition
+# and asset before a run is launched (~7 ms each on SQLite, 4 s for 200 documents), so a small first run
+# reaches the fleet seconds sooner, and the full runs behind it are created while it works.
+FIRST_RUN_SHARE = 8
+
+
+def first_run_size(per_run: int) -> int:
+    return max(1, per_run // FIRST_RUN_SHARE)
+
+
 def partition_ranges(ordered: list[str], keys: list[str], per_run: int,
-                     cost: Callable[[str], float] | None = None) -> list[list[str]]:
-    """`keys` as runs of consecutive partitions in `ordered`, each at most `per_run` long.
+                     cost: Callable[[str], float] | None = None, first_run: int | None = None) -> list[list[str]]:
+    """`keys` as runs of consecutive partitions in `ordered`, each at most `per_run` long (the first at
+    most `first_run`, when given).
 
     With `cost` (a document's estimated work, e.g. its file size), a run also ends where the next
     document would take it past an even share of its stretch's cost (the cost over the runs a count
@@ -25,7 +36,10 @@ def partition_ranges(ordered: list[str], keys: list[str], per_run: int,
             last.append(key)
         else:
             stretches.append([key])
-    return [run for stretch in stretches for run in _cut(stretch, per_run, cost)]
+    runs = [run for stretch in stretches for run in _cut(stretch, per_run, cost)]
+    if first_run is not None and runs and len(runs[0]) > first_run:
+        runs[:1] = [runs[0][:first_run], runs[0][first_run:]]
+    return runs
 
 
 def _cut(stretch: list[str], per_run: int, cost: Callable[[str], float] | None) -> list[list[str]]:

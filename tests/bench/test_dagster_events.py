@@ -14,6 +14,7 @@ def test_dagster_events_times_each_documents_three_materializations(tmp_path):
     assert result["events_per_document"] == 3 and result["documents"] == 4
     (row,) = result["storages"]
     assert row["storage"] == "sqlite" and row["ms_per_event"] > 0
+    assert 0 < row["cpu_ms_per_event"] <= row["ms_per_event"] * 1.05, "the step thread's CPU, within its wall"
     assert abs(row["ms_per_document"] - 3 * row["ms_per_event"]) < 0.05
 
 
@@ -24,3 +25,26 @@ def test_the_step_yields_every_documents_materializations(tmp_path):
         dagster_events.seconds_per_event(instance, 3)
         for asset in dagster_events.ASSETS:
             assert instance.get_materialized_partitions(dg.AssetKey(asset)) == {f"doc-{i:05d}.md" for i in range(3)}
+
+
+def test_run_events_reads_the_cpu_cost_of_the_storage_it_ran_on(tmp_path):
+    from bench.run_events import cpu_ms_per_event
+
+    out = tmp_path / "events.json"
+    out.write_text(json.dumps({"storages": [{"storage": "sqlite", "cpu_ms_per_event": 4.5},
+                                            {"storage": "postgres", "cpu_ms_per_event": 2.5}]}))
+    assert cpu_ms_per_event("postgres", out) == 2.5 and cpu_ms_per_event("sqlite", out) == 4.5
+    assert cpu_ms_per_event("mysql", out) is None and cpu_ms_per_event("sqlite", tmp_path / "none.json") is None
+
+
+def test_run_events_counts_planned_events_per_run(tmp_path):
+    import dagster as dg
+
+    from bench.run_events import event_counts
+
+    with dg.DagsterInstance.ephemeral(tempdir=str(tmp_path)) as instance:
+        dagster_events.seconds_per_event(instance, 3)
+        (run,) = instance.get_runs()
+        counts = event_counts(instance, [run.run_id], documents=3)
+    assert counts["planned_events_per_run"] == [9], "one per partition and asset, Dagster's default"
+    assert counts["events_total"] >= 9 + 9 and counts["events_per_document"] == round(counts["events_total"] / 3, 2)

@@ -106,6 +106,24 @@ class Harness:
         return keys
 
 
+def test_a_ticks_first_run_is_small_and_a_replayed_tick_repeats_its_runs(tmp_path, settings_factory):
+    """Many new files: the first run holds an eighth of a full run, so it is created (one planned event per
+    partition and asset) and reaches the fleet sooner; the rest are full runs. A replayed tick requests the
+    same runs under the same keys (Dagster drops them)."""
+    settings = settings_factory(partitions_per_run=16)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    for i in range(40):
+        (inbox / f"note-{i:02d}.md").write_text(f"# Note {i}\n\nThe crew logs seal {i}.\n")
+    harness = Harness(settings, tmp_path / "dagster_home")
+    first = harness.tick()
+    sizes = [len(harness.requested(dg.SensorResult(run_requests=[r]))) for r in first.run_requests]
+    assert sizes[0] == 2 and max(sizes[1:]) > 2 and max(sizes) <= 16 and sum(sizes) == 40, sizes
+    assert sorted(harness.requested(first)) == sorted(harness.partitions())
+    replay = harness.tick(cursor=None)
+    assert [r.run_key for r in replay.run_requests] == [r.run_key for r in first.run_requests]
+
+
 def test_add_modify_delete(tmp_path, settings_factory):
     settings = settings_factory()
     inbox = tmp_path / "inbox"

@@ -45,3 +45,13 @@ def test_ranges_by_cost_cut_where_the_cost_evens_out():
     even = dict.fromkeys(order, 1)
     assert partition_ranges(order, order, 4, cost=even.__getitem__) == [order[:4], order[4:]]
     assert all(len(r) <= 3 for r in partition_ranges(order, order, 3, cost=size.__getitem__))
+
+
+def test_the_first_run_is_small_and_the_rest_keep_their_cut():
+    from contextual_assets.ingest.partition_ranges import first_run_size, partition_ranges
+
+    order = [f"k{i:02d}" for i in range(20)]
+    assert partition_ranges(order, order, 16, first_run=2) == [order[:2], order[2:16], order[16:]]
+    assert partition_ranges(order, order[:2], 16, first_run=2) == [order[:2]], "already small: not cut"
+    assert partition_ranges(order, order, 16) == [order[:16], order[16:]]
+    assert first_run_size(200) == 25 and first_run_size(3) == 1
