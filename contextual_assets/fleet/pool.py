@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import sys
 import threading
 
 from ..process_cache import ProcessCache
@@ -40,6 +41,12 @@ from .types import (
     RetryableFleetError,
 )
 
+# The pool's event-loop thread sends and reads every request; the process's other threads (parsing,
+# fitting prompts, writing Dagster events) hold the GIL for up to the switch interval each time it asks.
+# At Python's default 5 ms the loop waited ~0.9 s to send a run's first requests (seed PDFs, measured);
+# at 0.5 ms, 0.16 s. Set for the process once a pool exists, and never raised.
+GIL_SWITCH_INTERVAL_S = 0.0005
+
 __all__ = [
     "FleetCounters", "FleetRequest", "FleetResult", "FleetUnavailableError", "HeaderFleet",
     "InvalidAnswerError", "RequestRejectedError", "RequestTooLargeError", "RetryableFleetError",
@@ -53,6 +60,7 @@ class HeaderFleet:
         self.discovery = discovery or DEFAULT_DISCOVERY
         self.resolved: ResolvedModel = self.discovery.resolve_fleet(config)
         self.counters = FleetCounters()
+        sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="header-fleet", daemon=True)
         self._thread.start()

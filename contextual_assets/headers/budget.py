@@ -71,6 +71,27 @@ def fit_prompt(request: HeaderRequest, prompt: PromptTemplate, counter: TokenCou
         trimmed += 1
 
 
+def fit_prompts(requests: list[HeaderRequest], prompt: PromptTemplate, counter: TokenCounter, *,
+                context_limit: int | None, max_output_tokens: int, safety: float = 1.2) -> list[FittedPrompt]:
+    """`fit_prompt` of each request, the same results: every untrimmed prompt is counted in one batch
+    (the tokenizer's batch call runs outside the GIL, so the fleet's I/O thread is not starved while a
+    document's prompts are fitted); only a prompt over the limit is trimmed one part at a time."""
+    contexts = [r.context(len(r.before), len(r.after)) for r in requests]
+    rendered = [prompt.render(title=r.chunk.title, section_path=" > ".join(r.chunk.section_path), context=context,
+                              chunk=r.chunk.text) for r, context in zip(requests, contexts)]
+    counts = iter(counter.count_many([m["content"] for messages in rendered for m in messages]))
+    fitted = []
+    for request, context, messages in zip(requests, contexts, rendered):
+        estimate = int(sum(next(counts) for _ in messages) * safety) + MESSAGE_OVERHEAD_TOKENS
+        if context_limit is None or estimate + max_output_tokens <= context_limit:
+            fitted.append(FittedPrompt(messages=messages, context=context, est_prompt_tokens=estimate,
+                                       trimmed_parts=0))
+        else:
+            fitted.append(fit_prompt(request, prompt, counter, context_limit=context_limit,
+                                     max_output_tokens=max_output_tokens, safety=safety))
+    return fitted
+
+
 def _cut_chunk(request: HeaderRequest, prompt: PromptTemplate, counter: TokenCounter, context_limit: int,
                max_output_tokens: int, safety: float, estimate: int, trimmed: int) -> FittedPrompt:
     """The chunk alone is over the context: show its start (as context and as the passage), cut to fit."""

@@ -20,7 +20,7 @@ from ..fleet.pool import HeaderFleet
 from ..fleet.types import FleetCounters, FleetRequest, FleetResult, RequestTooLargeError
 from ..store.header_cache import HeaderCache
 from .base import HeaderRequest, HeaderResult, HeaderSource
-from .budget import FittedPrompt, context_limit_in, estimate_tokens, fit_prompt
+from .budget import FittedPrompt, context_limit_in, estimate_tokens, fit_prompt, fit_prompts
 from .cache_key import HEADER_KEY_SCHEME, header_cache_key
 from .prompt import PromptTemplate, escape_data
 from .structural import StructuralHeaderSource
@@ -258,9 +258,8 @@ class OpenAIHeaderSource(HeaderSource):
         # Fitted, looked up and sent a slice at a time: the first requests leave after a few chunks are
         # fitted, not the whole document (fitting tokenizes each chunk's context: ~0.5 s for 150 chunks).
         for part in request_slices(len(requests)):
-            fitted.extend(fit_prompt(requests[i], self.prompt, self.counter, context_limit=limit,
-                                     max_output_tokens=self.max_output_tokens, safety=self.token_safety)
-                          for i in part)
+            fitted.extend(fit_prompts([requests[i] for i in part], self.prompt, self.counter, context_limit=limit,
+                                      max_output_tokens=self.max_output_tokens, safety=self.token_safety))
             keys.extend(header_cache_key(weights, self.revision, self.prompt_version, fitted[i].messages,
                                          requests[i].chunk.content_hash) for i in part)
             results.extend(self._cached(keys[part.start:part.stop], on_result, first=part.start))

@@ -59,6 +59,25 @@ def test_discovery_and_context_limit_from_models_endpoint():
         assert fleet.model == "sim-model" and fleet.context_limit == 4096
 
 
+def test_a_pool_shortens_the_gil_switch_interval_and_never_lengthens_it():
+    """The loop thread that sends every request waits for the GIL up to the switch interval each time the
+    process's other threads (parsing, fitting, Dagster events) hold it: a pool lowers it to 0.5 ms."""
+    import sys
+
+    from contextual_assets.fleet.pool import GIL_SWITCH_INTERVAL_S
+
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)  # Python's default
+        with simulated_fleet(1, time_scale=0.05):
+            assert sys.getswitchinterval() == pytest.approx(GIL_SWITCH_INTERVAL_S, rel=0.05)
+        sys.setswitchinterval(0.0001)
+        with simulated_fleet(1, time_scale=0.05):
+            assert sys.getswitchinterval() == pytest.approx(0.0001, rel=0.05), "a shorter one is kept"
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_in_flight_cap_is_never_exceeded():
     # Long enough to outlast the slow start (half the cap until the replicas' /metrics were read twice).
     with simulated_fleet(2, time_scale=0.05, cap=3) as (sim, fleet):

@@ -277,8 +277,8 @@ def test_a_documents_first_requests_leave_before_its_last_chunk_is_fitted(tmp_pa
         chunk_tokens=30, context_tokens=200)
     assert len(requests) > 2 * openai_source.FIRST_SLICE
     fits, fits_at_first_send = [], []
-    real_fit = openai_source.fit_prompt
-    monkeypatch.setattr(openai_source, "fit_prompt", lambda *a, **k: fits.append(1) or real_fit(*a, **k))
+    real_fit = openai_source.fit_prompts
+    monkeypatch.setattr(openai_source, "fit_prompts", lambda batch, *a, **k: fits.extend(batch) or real_fit(batch, *a, **k))
     store = open_store(None, tmp_path / "index.duckdb")
     with FleetSimulator(1, time_scale=0.01) as sim:
         fleet = make_fleet(sim.base_urls)
@@ -293,6 +293,22 @@ def test_a_documents_first_requests_leave_before_its_last_chunk_is_fitted(tmp_pa
     assert fits_at_first_send[0] == openai_source.FIRST_SLICE < len(requests)
     assert [r.header for r in again] == [r.header for r in results] and len(results) == len(requests)
     assert stats.cache_hits == 0 and cached.cache_hits == len(requests) and cached.per_replica == {}
+
+
+def test_prompts_fitted_in_a_batch_are_those_fitted_one_by_one(tmp_path):
+    """The batch count (one tokenizer call for a slice) changes nothing: the same messages, estimates and
+    trims as `fit_prompt`, including prompts over the limit that lose context parts."""
+    from contextual_assets.headers.budget import fit_prompt, fit_prompts
+
+    counter, prompt = token_counter(), load_prompt()
+    requests = requests_of(tmp_path / "ops.md", "# Ops\n\n" + "\n\n".join(
+        f"## Shift {i}\n\n" + " ".join(f"Crew {i} checks valve {j} and logs pressure {i * j}." for j in range(i % 9 + 1))
+        for i in range(30)), chunk_tokens=80, context_tokens=600)
+    for limit in (None, 900, 420):
+        one_by_one = [fit_prompt(r, prompt, counter, context_limit=limit, max_output_tokens=60) for r in requests]
+        assert fit_prompts(requests, prompt, counter, context_limit=limit, max_output_tokens=60) == one_by_one
+    trimmed = [fit_prompt(r, prompt, counter, context_limit=420, max_output_tokens=60) for r in requests]
+    assert any(f.trimmed_parts for f in trimmed) and any(not f.trimmed_parts for f in trimmed), "both paths taken"
 
 
 def test_request_slices_cover_every_request_once_first_small_then_doubling():
