@@ -87,6 +87,7 @@ class BenchOptions:
     processes: int = 2  # --processes: shared-fleet's ingest processes on one fleet
     dagster_storage: str = "sqlite"  # --dagster-storage: the instance's storage, sqlite (shipped) or postgres (deploy/)
     peer_workers: int = 64  # the peers' thread pools (a user's choice; the platform has no such knob)
+    daemon_first: bool = False  # --daemon-first: the UI backfill meets a daemon already running (0-30 s pick-up)
 
     def sim_spec(self) -> ReplicaSpec:
         """What `SimFleet.start` serves: the model floor's costs."""
@@ -656,12 +657,16 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
     sampler = None
     try:
         deployment.start_webserver()
+        if OPTIONS.daemon_first:  # as a user meets it: the daemon has been running a while
+            deployment.start_daemon()
+            deployment.wait_daemons()
         sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
         submitted = time.time()
         backfill_id = deployment.launch_backfill(keys, title=f"bench.ingest {len(keys)} documents")
-        # Started now, its first backfill iteration picks the backfill up at once (a running daemon's
-        # backfill loop wakes every 30 s, Dagster's DEFAULT_DAEMON_INTERVAL_SECONDS: 0-30 s more).
-        deployment.start_daemon()
+        if not OPTIONS.daemon_first:
+            # Started now, its first backfill iteration picks the backfill up at once (a running daemon's
+            # backfill loop wakes every 30 s, Dagster's DEFAULT_DAEMON_INTERVAL_SECONDS: 0-30 s more).
+            deployment.start_daemon()
         backfill = deployment.wait_backfill(backfill_id, timeout_s=timeout_s)
         timeline = sampler.stop()
         figures = fleet_figures(sim, timeline, speeds)
@@ -1411,6 +1416,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dagster-storage", choices=("sqlite", "postgres"), default="sqlite",
                         help="platform/stream: the Dagster instance's storage: the shipped dagster.yaml (SQLite) or "
                              "deploy/dagster.postgres.yaml on a local Postgres (a deployment's)")
+    parser.add_argument("--daemon-first", action="store_true",
+                        help="platform: start the daemon before the UI backfill, as a user meets it (its backfill "
+                             "loop wakes every 30 s); default: right after, so its first iteration takes it")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -1418,7 +1426,7 @@ def main(argv: list[str] | None = None) -> int:
     OPTIONS = BenchOptions(cap=args.cap, max_num_seqs=args.max_num_seqs, cost_model=args.cost_model,
                            engines=args.engines, metrics_lag_s=args.metrics_lag_s, embedder=args.embedder,
                            ingest_slots=args.ingest_slots, processes=args.processes,
-                           dagster_storage=args.dagster_storage)
+                           dagster_storage=args.dagster_storage, daemon_first=args.daemon_first)
     from bench.peers import BALANCERS
 
     BALANCERS_RUN = tuple(b.strip() for b in args.balancers.split(",") if b.strip())
@@ -1477,6 +1485,7 @@ def main(argv: list[str] | None = None) -> int:
             "speeds": list(speeds), "peers": worst.get("peers", []),
             "partitions_per_run": PlatformSettings.from_env().partitions_per_run,
             "ingest_slots": OPTIONS.ingest_slots, "dagster_storage": OPTIONS.dagster_storage,
+            "daemon_first": OPTIONS.daemon_first,
             "processes": OPTIONS.processes if args.workload == "shared-fleet" else None, "machine": f"{os.cpu_count()} cores",
             "scales": [{k: v for k, v in e.items() if k != "timeline"} for e in per_scale],
             "summary": {k: v for k, v in summary.items() if k not in ("rounds", "peers")},

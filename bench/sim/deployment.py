@@ -49,6 +49,10 @@ query ($id: String!) {
 }
 """
 
+DAEMON_HEALTH = """
+query { instance { daemonHealth { allDaemonStatuses { daemonType healthy } } } }
+"""
+
 BACKFILL_DONE_OK = {"COMPLETED", "COMPLETED_SUCCESS"}
 BACKFILL_DONE_BAD = {"FAILED", "COMPLETED_FAILED", "CANCELED", "CANCELING", "FAILING"}
 
@@ -146,6 +150,18 @@ class DagsterDeployment:
 
     def start_daemon(self) -> subprocess.Popen:
         return self.spawn("daemon", [str(find_executable("dagster-daemon")), "run", "-w", str(WORKSPACE)])
+
+    def wait_daemons(self, daemons: tuple[str, ...] = ("BACKFILL", "QUEUED_RUN_COORDINATOR"),
+                     timeout_s: float = 180) -> None:
+        """Until the UI's daemon health page shows each of `daemons` healthy (a heartbeat written)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            statuses = self.graphql(DAEMON_HEALTH)["instance"]["daemonHealth"]["allDaemonStatuses"]
+            if {s["daemonType"] for s in statuses if s["healthy"]} >= set(daemons):
+                return
+            if time.monotonic() > deadline:
+                raise DeploymentError(f"daemons not healthy after {timeout_s} s: {statuses}\n{self.logs()}")
+            time.sleep(0.5)
 
     def graphql(self, query: str, variables: dict | None = None) -> dict:
         response = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)
