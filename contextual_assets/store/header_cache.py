@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -15,11 +16,28 @@ class HeaderCache(Protocol):
     def cache_headers(self, items: Sequence[tuple[str, str, str]]) -> None: ...
 
 
+class _Batch:
+    """Rows of several callers, written in one transaction."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str]] = []
+        self.written = threading.Event()
+        self.error: BaseException | None = None
+
+
 class HeaderCacheTable:
-    """`ctx_header_cache`: one header per cache key."""
+    """`ctx_header_cache`: one header per cache key.
+
+    Writes are group-committed: every document in flight caches its headers as they arrive, and a
+    transaction costs the store the same for 3 rows as for 300 (DuckDB: ~25 ms with the write lock held),
+    so rows that arrive while one transaction is written go into the next one together. A caller still
+    returns only once its rows are written."""
 
     def __init__(self, backend: Backend):
         self._backend = backend
+        self._lock = threading.Lock()
+        self._open: _Batch | None = None  # taking rows; the next transaction writes it
+        self._writing = False
 
     def cached_headers(self, keys: Sequence[str]) -> dict[str, str]:
         """Headers already generated for these cache keys (see headers/cache_key.py for the key)."""
@@ -33,11 +51,33 @@ class HeaderCacheTable:
             found.update({r[0]: r[1] for r in rows})
         return found
 
-    @write_transaction
     def cache_headers(self, items: Sequence[tuple[str, str, str]]) -> None:
-        """Store (cache_key, header, model) rows; the latest write of a key wins."""
+        """Store (cache_key, header, model) rows; the latest write of a key wins. With other callers'
+        rows when they come at once (the first caller writes every batch that fills meanwhile)."""
         if not items:
             return
+        with self._lock:
+            batch = self._open = self._open or _Batch()
+            batch.rows.extend(items)
+            leads, self._writing = not self._writing, True
+        if leads:
+            while True:
+                with self._lock:
+                    taken, self._open = self._open, None
+                    if taken is None:
+                        self._writing = False
+                        break
+                try:
+                    self._write(taken.rows)
+                except BaseException as exc:  # noqa: BLE001 - each caller of the batch raises it
+                    taken.error = exc
+                taken.written.set()
+        batch.written.wait()
+        if batch.error is not None:
+            raise batch.error
+
+    @write_transaction
+    def _write(self, items: Sequence[tuple[str, str, str]]) -> None:
         db = self._backend
         rows = list(dict((i[0], i) for i in items).values())  # one row per key (ON CONFLICT cannot see twice)
         now = utc_now()

@@ -384,6 +384,42 @@ def test_header_cache_writes_many_rows_and_the_latest_write_of_a_key_wins(store)
     assert store.header_cache.cached_headers(["key-8"]) == {"key-8": "rewritten"}
 
 
+def test_header_cache_writes_from_many_threads_are_grouped_and_all_land(store, monkeypatch):
+    """Documents in flight cache their headers at once: rows arriving while a transaction is written go
+    into the next one together (fewer transactions than calls), each caller returns once its rows are in,
+    and a failed write fails exactly the callers whose rows it held."""
+    import threading
+    import time as time_module
+
+    cache = store.header_cache
+    real_write, writes = cache._write, []
+
+    def slow_write(rows):  # a transaction that takes a while, as DuckDB's does under load
+        writes.append(len(rows))
+        time_module.sleep(0.05)
+        real_write(rows)
+
+    monkeypatch.setattr(cache, "_write", slow_write)
+    threads = [threading.Thread(target=cache.cache_headers, args=([(f"t{t}-{i}", f"h{t}-{i}", "m") for i in range(3)],))
+               for t in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sum(writes) == 72 and len(writes) < 24, writes
+    assert len(cache.cached_headers([f"t{t}-{i}" for t in range(24) for i in range(3)])) == 72
+
+    def failing_write(rows):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(cache, "_write", failing_write)
+    with pytest.raises(RuntimeError, match="disk full"):
+        cache.cache_headers([("lost", "h", "m")])
+    monkeypatch.setattr(cache, "_write", real_write)
+    cache.cache_headers([("kept", "h", "m")])  # the next caller leads again
+    assert cache.cached_headers(["lost", "kept"]) == {"kept": "h"}
+
+
 # ---- filters: applied inside each ranking, before its top k ------------------------------------------
 
 FILTER_DOCS = ["contracts/a.pdf", "contracts_old/b.pdf", "contractsX/e.txt", "memos/c.txt"]
