@@ -16,7 +16,10 @@ deployment with a GPU embedder or TEI does; `--embedder local` embeds with MiniL
 
 Headline (`wall_over_model_floor`): wall from submission to the last commit over the model floor
 (`model_floor_s`, bench/model_floor.py: the simulator's cost model alone, ideal packing, never
-through the platform's pool), for the platform and every peer alike.
+through the platform's pool), for the platform and every peer alike. Beside it the reachable floor
+(`oracle_floor_s`, `wall_over_oracle`; bench/oracle_floor.py: the simulator's own engines in simulated
+time, every request at t=0, or at its file's drop for the stream, split by the best of several
+oracles) and `platform_minus_floor_s` (what Dagster adds to the pool alone in the same round).
 
 * floor: every header request of the corpus sent straight to the fleet through the platform's own
   request pool, all at once: a diagnostic of the pool, never a headline;
@@ -468,19 +471,41 @@ def request_body(request) -> dict:
     return {"messages": request.messages, "max_tokens": request.max_tokens, **(request.extra_body or {})}
 
 
-def model_floor(docs, counter, settings, time_scale: float, speeds: tuple[float, ...] = SPEEDS) -> dict:
-    """`model_floor_s` and its totals (bench/model_floor.py): no fleet, no network. The source is
-    only used to render requests, so it needs no fleet; the context limit is the simulator's."""
+def corpus_bodies(docs, counter, settings) -> tuple[list[dict], list[str]]:
+    """The chat body of every header request of the corpus and its document, rendered without a fleet
+    (the context limit is the simulator's)."""
     source = header_source(None, counter)
-    spec = OPTIONS.sim_spec()
-    requests = corpus_requests(docs, counter, settings, source, spec.max_model_len)
-    return floor_figures([request_body(r) for r in requests], speeds, time_scale, CostModel.of(spec))
+    pairs = [(doc.doc_id, request) for doc in docs
+             for _, request in chunk_requests(doc, counter, settings, source, OPTIONS.sim_spec().max_model_len)]
+    return [request_body(r) for _, r in pairs], [doc_id for doc_id, _ in pairs]
 
 
-def with_model_floor(result: dict, floor_s: float) -> dict:
-    """A mode's result with the model floor and its wall over it."""
-    result["model_floor_s"] = floor_s
-    result["wall_over_model_floor"] = round(result["wall_s"] / floor_s, 3) if floor_s else None
+def model_floor(docs, counter, settings, time_scale: float, speeds: tuple[float, ...] = SPEEDS) -> dict:
+    """`model_floor_s` and its totals (bench/model_floor.py): no fleet, no network."""
+    bodies, _ = corpus_bodies(docs, counter, settings)
+    return floor_figures(bodies, speeds, time_scale, CostModel.of(OPTIONS.sim_spec()))
+
+
+def oracle_figures(docs, counter, settings, time_scale: float, speeds: tuple[float, ...] = SPEEDS,
+                   doc_arrivals: dict[str, float] | None = None) -> dict:
+    """`oracle_floor_s` (bench/oracle_floor.py): the simulator's engines in simulated time, every request
+    at once or at its document's arrival (`doc_arrivals`, wall seconds), split by the best oracle."""
+    from bench.oracle_floor import oracle_floor
+
+    bodies, documents = corpus_bodies(docs, counter, settings)
+    arrivals = [doc_arrivals.get(d, 0.0) for d in documents] if doc_arrivals else None
+    figures = oracle_floor(bodies, speeds, time_scale, OPTIONS.sim_spec(), documents=documents, arrivals=arrivals)
+    return {k: round(v, 3) if isinstance(v, float) else
+            [round(x, 3) for x in v] if isinstance(v, list) else
+            {p: round(x, 3) for p, x in v.items()} if isinstance(v, dict) else v for k, v in figures.items()}
+
+
+def with_model_floor(result: dict, floors: dict) -> dict:
+    """A mode's result with the model floor and the oracle floor (`floors`), and its wall over each."""
+    for name, ratio in (("model_floor_s", "wall_over_model_floor"), ("oracle_floor_s", "wall_over_oracle")):
+        if floors.get(name):
+            result[name] = floors[name]
+            result[ratio] = round(result["wall_s"] / floors[name], 3)
     return result
 
 
@@ -1133,7 +1158,7 @@ def run_sensor_tick(workdir: Path, paths: list[Path]) -> dict:
 # ---- driver --------------------------------------------------------------------------------------
 
 def one_round(workdir: Path, time_scale: float, paths, docs, counter, settings, modes: list[str],
-              workload: str = "seed", model_floor_s: float | None = None, platform_options: dict | None = None,
+              workload: str = "seed", floors: dict | None = None, platform_options: dict | None = None,
               round_index: int = 0) -> dict:
     expected = sum(len(d.chunks) for d in docs)
     speeds = workload_speeds(workload)
@@ -1151,8 +1176,8 @@ def one_round(workdir: Path, time_scale: float, paths, docs, counter, settings, 
                                                           prompt, speeds, seed=round_index, balancer=balancer)
     for result in out.values():
         with_utilization(result, time_scale)
-        if model_floor_s is not None:
-            with_model_floor(result, model_floor_s)
+        if floors is not None:
+            with_model_floor(result, floors)
     return out
 
 
@@ -1323,6 +1348,10 @@ def print_table(workload: str, time_scale: float, embed_s: float, rounds: list[d
               f"{lratio:12.3f} {p.get('idle_while_pending_s') or 0:7.1f} {p.get('startup_s') or nan:10.2f} "
               f"{p.get('tail_s') or nan:7.2f} "
               f"{max((x['share_max_relative_error'] for m, x in r.items() if '/' not in m), default=nan):10.3f}")
+    print(f"oracle floor {summary['oracle_floor_s']} s: wall/oracle {summary['wall_over_oracle']}, floor/oracle "
+          f"{summary['floor_over_oracle']}; platform - floor {summary['platform_minus_floor_s']} s; submission to "
+          f"first request {summary['submit_to_first_request_s']} s; events per document "
+          f"{summary['events_per_document']}, planned events per run (max) {summary['planned_events_per_run_max']}")
     print(f"median: wall/floor {summary['wall_over_floor']}, wall/model floor {summary['wall_over_model_floor']} "
           f"(floor/model floor {summary['floor_over_model_floor']}), legacy/platform "
           f"{summary['legacy_over_platform']}, idle while pending {summary['idle_while_pending_s']} s "
@@ -1371,17 +1400,21 @@ def parse_scales(text: str) -> list[float]:
 def run_scale(workdir: Path, time_scale: float, paths, docs, counter, settings, modes: list[str], workload: str,
               runs: int, waves: int, wave_interval: float | None) -> dict:
     """Every round of every mode at one time scale: the rounds and their summary."""
-    model = model_floor(docs, counter, settings, time_scale, workload_speeds(workload))
-    options = {}
+    speeds = workload_speeds(workload)
+    model = model_floor(docs, counter, settings, time_scale, speeds)
+    options, arrivals = {}, None
     if workload == "stream":
         # Files arrive twice as fast as the fleet could serve them: it never waits for the inbox.
         interval = wave_interval if wave_interval is not None else \
             round(max(1.0, model["model_floor_s"] / 2 / max(1, waves - 1)), 2)
         options = {"waves": waves, "wave_interval_s": interval}
+        # The oracle gets each file when its wave is dropped (docs are in the paths' order).
+        arrivals = {doc.doc_id: k * interval for k, batch in enumerate(wave_batches(list(docs), waves)) for doc in batch}
+    model.update(oracle_figures(docs, counter, settings, time_scale, speeds, arrivals))
     rounds = []
     for i in range(runs):
         rounds.append(one_round(workdir, time_scale, paths, docs, counter, settings, modes, workload,
-                                model["model_floor_s"], options, round_index=i))
+                                model, options, round_index=i))
         print(f"time scale {time_scale}, round {i + 1}: "
               + ", ".join(f"{m} {r['wall_s']} s" for m, r in rounds[-1].items()), flush=True)
     return {"time_scale": time_scale, **model, "rounds": rounds, **summarize(rounds)}

@@ -103,8 +103,22 @@ def test_model_floor_of_a_corpus(tmp_path):
     assert one["model_floor_s"] == pytest.approx(one["model_work_s"] / sum(ingest.SPEEDS), abs=2e-3)
     slower = ingest.model_floor(docs, counter, settings, time_scale=2.0, speeds=(1.0,))
     assert slower["model_floor_s"] == pytest.approx(one["model_work_s"] * 2, abs=2e-3)
-    result = ingest.with_model_floor({"wall_s": 3.0}, 2.0)
-    assert result == {"wall_s": 3.0, "model_floor_s": 2.0, "wall_over_model_floor": 1.5}
+    result = ingest.with_model_floor({"wall_s": 3.0}, {"model_floor_s": 2.0, "oracle_floor_s": 2.5})
+    assert result == {"wall_s": 3.0, "model_floor_s": 2.0, "wall_over_model_floor": 1.5,
+                      "oracle_floor_s": 2.5, "wall_over_oracle": 1.2}
+
+
+def test_oracle_floor_of_a_corpus_respects_arrivals(tmp_path):
+    """The reachable floor is above the model floor, and a corpus whose files arrive late cannot finish
+    before the last one arrives."""
+    paths = ingest.build_stream(tmp_path, documents=8)
+    docs, counter, settings = ingest.corpus_chunks(paths)
+    model = ingest.model_floor(docs, counter, settings, time_scale=1.0)
+    at_once = ingest.oracle_figures(docs, counter, settings, time_scale=1.0)
+    assert model["model_floor_s"] <= at_once["oracle_floor_s"] < 20 * model["model_floor_s"]
+    late = {doc.doc_id: 5.0 * i for i, doc in enumerate(docs)}
+    streamed = ingest.oracle_figures(docs, counter, settings, time_scale=1.0, doc_arrivals=late)
+    assert streamed["oracle_floor_s"] > 5.0 * (len(docs) - 1)
 
 
 def test_shared_fleet_two_processes_on_one_fleet(tmp_path):
