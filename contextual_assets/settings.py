@@ -42,7 +42,7 @@ class PlatformSettings(BaseSettings):
     inbox: str = Field("inbox", description="the folder or object-store URL (s3://bucket/prefix, any fsspec URL) "
                                             "the new_documents sensor watches")
     inbox_interval_s: int = Field(5, ge=5, description="seconds >= 5 between ticks of the new_documents sensor "
-                                                       "(Dagster's sensor loop does not tick faster)")
+                                                       "(Dagster's sensor loop passes every 5 s)")
     inbox_settle_s: float = Field(5.0, ge=0, description="seconds >= 0 a new or changed inbox file must stay "
                                                          "unchanged before it is taken (0: at once)")
     inbox_retry_limit: int = Field(3, ge=0, description="an integer >= 0 (times the sensor re-requests a document "
