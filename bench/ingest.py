@@ -1409,7 +1409,8 @@ def run_scale(workdir: Path, time_scale: float, paths, docs, counter, settings, 
             round(max(1.0, model["model_floor_s"] / 2 / max(1, waves - 1)), 2)
         options = {"waves": waves, "wave_interval_s": interval}
         # The oracle gets each file when its wave is dropped (docs are in the paths' order).
-        arrivals = {doc.doc_id: k * interval for k, batch in enumerate(wave_batches(list(docs), waves)) for doc in batch}
+        arrivals = {doc.doc_id: k * interval
+                    for k, batch in enumerate(wave_batches(list(docs), waves)) for doc in batch}
     model.update(oracle_figures(docs, counter, settings, time_scale, speeds, arrivals))
     rounds = []
     for i in range(runs):

@@ -63,7 +63,8 @@ class InboxOptions(BaseModel):
     @classmethod
     def from_settings(cls, settings: PlatformSettings) -> InboxOptions:
         return cls(inbox=settings.inbox, partitions_per_run=settings.partitions_per_run,
-                   interval_s=settings.inbox_interval_s, settle_s=settings.inbox_settle_s, retry_limit=settings.inbox_retry_limit,
+                   interval_s=settings.inbox_interval_s, settle_s=settings.inbox_settle_s,
+                   retry_limit=settings.inbox_retry_limit,
                    retry_base_s=settings.inbox_retry_base_s, max_remove=settings.inbox_max_remove,
                    max_remove_share=settings.inbox_max_remove_share,
                    max_bytes=int(settings.max_file_mb * 1_000_000))

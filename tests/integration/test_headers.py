@@ -278,7 +278,8 @@ def test_a_documents_first_requests_leave_before_its_last_chunk_is_fitted(tmp_pa
     assert len(requests) > 2 * openai_source.FIRST_SLICE
     fits, fits_at_first_send = [], []
     real_fit = openai_source.fit_prompts
-    monkeypatch.setattr(openai_source, "fit_prompts", lambda batch, *a, **k: fits.extend(batch) or real_fit(batch, *a, **k))
+    monkeypatch.setattr(openai_source, "fit_prompts",
+                        lambda batch, *a, **k: fits.extend(batch) or real_fit(batch, *a, **k))
     store = open_store(None, tmp_path / "index.duckdb")
     with FleetSimulator(1, time_scale=0.01) as sim:
         fleet = make_fleet(sim.base_urls)
@@ -302,7 +303,8 @@ def test_prompts_fitted_in_a_batch_are_those_fitted_one_by_one(tmp_path):
 
     counter, prompt = token_counter(), load_prompt()
     requests = requests_of(tmp_path / "ops.md", "# Ops\n\n" + "\n\n".join(
-        f"## Shift {i}\n\n" + " ".join(f"Crew {i} checks valve {j} and logs pressure {i * j}." for j in range(i % 9 + 1))
+        f"## Shift {i}\n\n"
+        + " ".join(f"Crew {i} checks valve {j} and logs pressure {i * j}." for j in range(i % 9 + 1))
         for i in range(30)), chunk_tokens=80, context_tokens=600)
     for limit in (None, 900, 420):
         one_by_one = [fit_prompt(r, prompt, counter, context_limit=limit, max_output_tokens=60) for r in requests]
