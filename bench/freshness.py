@@ -298,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.interval_s is not None and args.interval_s < 5:
+        parser.error("--interval-s: at least 5 (CTX_INBOX_INTERVAL_S; Dagster's sensor loop passes every 5 s)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from contextual_assets.settings import PlatformSettings
 

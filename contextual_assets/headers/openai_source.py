@@ -257,14 +257,23 @@ class OpenAIHeaderSource(HeaderSource):
         futures: dict[concurrent.futures.Future, list[int]] = {}
         # Fitted, looked up and sent a slice at a time: the first requests leave after a few chunks are
         # fitted, not the whole document (fitting tokenizes each chunk's context: ~0.5 s for 150 chunks).
-        for part in request_slices(len(requests)):
-            fitted.extend(fit_prompts([requests[i] for i in part], self.prompt, self.counter, context_limit=limit,
-                                      max_output_tokens=self.max_output_tokens, safety=self.token_safety))
-            keys.extend(header_cache_key(weights, self.revision, self.prompt_version, fitted[i].messages,
-                                         requests[i].chunk.content_hash) for i in part)
-            results.extend(self._cached(keys[part.start:part.stop], on_result, first=part.start))
-            pending = [i for i in part if results[i] is None]
-            futures.update(self._submit(pending, requests, fitted, stats))
+        # Slices are whole batches (`batch_size`), so batching loses nothing at their edges.
+        first_slice = -(-FIRST_SLICE // self.batch_size) * self.batch_size if self.batch_size > 1 else FIRST_SLICE
+        try:
+            for part in request_slices(len(requests), first_slice):
+                if cancel is not None and cancel.is_set():
+                    raise HeaderGenerationError(f"cancelled after {part.start} of {len(requests)} requests were sent")
+                fitted.extend(fit_prompts([requests[i] for i in part], self.prompt, self.counter, context_limit=limit,
+                                          max_output_tokens=self.max_output_tokens, safety=self.token_safety))
+                keys.extend(header_cache_key(weights, self.revision, self.prompt_version, fitted[i].messages,
+                                             requests[i].chunk.content_hash) for i in part)
+                results.extend(self._cached(keys[part.start:part.stop], on_result, first=part.start))
+                pending = [i for i in part if results[i] is None]
+                futures.update(self._submit(pending, requests, fitted, stats))
+        except BaseException:
+            for future in futures:  # sent before a later slice failed: free the fleet for other documents
+                future.cancel()
+            raise
         stats.trimmed_contexts = sum(1 for f in fitted if f.trimmed_parts)
         stats.cut_chunks = sum(1 for f in fitted if f.chunk_cut)
         stats.cache_hits = sum(1 for r in results if r is not None)

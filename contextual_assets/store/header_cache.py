@@ -17,26 +17,28 @@ class HeaderCache(Protocol):
 
 
 class _Batch:
-    """Rows of several callers, written in one transaction."""
+    """Callers' rows, written in one transaction by the first of them to find no write in progress."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str]] = []
-        self.written = threading.Event()
-        self.error: BaseException | None = None
+        self.parts: list[Sequence[tuple[str, str, str]]] = []  # one per caller, in arrival order
+        self.errors: list[BaseException | None] = []
+        self.done = False
 
 
 class HeaderCacheTable:
     """`ctx_header_cache`: one header per cache key.
 
     Writes are group-committed: every document in flight caches its headers as they arrive, and a
-    transaction costs the store the same for 3 rows as for 300 (DuckDB: ~25 ms with the write lock held),
-    so rows that arrive while one transaction is written go into the next one together. A caller still
-    returns only once its rows are written."""
+    transaction costs the store about the same for 3 rows as for 300 (DuckDB: ~25 ms with the write lock
+    held), so the rows of callers that arrive while one transaction is written go into the next one
+    together, written by the first of those callers (each caller writes at most one transaction). A caller
+    returns once its rows are written; when a grouped write fails, each caller's rows are written alone,
+    so a failure fails only the callers whose rows cause it."""
 
     def __init__(self, backend: Backend):
         self._backend = backend
-        self._lock = threading.Lock()
-        self._open: _Batch | None = None  # taking rows; the next transaction writes it
+        self._turn = threading.Condition()
+        self._open: _Batch | None = None  # taking rows; its first caller to find no write in progress writes it
         self._writing = False
 
     def cached_headers(self, keys: Sequence[str]) -> dict[str, str]:
@@ -52,29 +54,40 @@ class HeaderCacheTable:
         return found
 
     def cache_headers(self, items: Sequence[tuple[str, str, str]]) -> None:
-        """Store (cache_key, header, model) rows; the latest write of a key wins. With other callers'
-        rows when they come at once (the first caller writes every batch that fills meanwhile)."""
+        """Store (cache_key, header, model) rows; the latest write of a key wins. Grouped with other
+        callers' rows that arrive meanwhile (see the class)."""
         if not items:
             return
-        with self._lock:
+        with self._turn:
             batch = self._open = self._open or _Batch()
-            batch.rows.extend(items)
-            leads, self._writing = not self._writing, True
+            part = len(batch.parts)
+            batch.parts.append(items)
+            batch.errors.append(None)
+            while not batch.done and self._writing:
+                self._turn.wait()
+            leads = not batch.done  # no write in progress: this caller writes the open batch, its rows in it
+            if leads:
+                self._open, self._writing = None, True
         if leads:
-            while True:
-                with self._lock:
-                    taken, self._open = self._open, None
-                    if taken is None:
-                        self._writing = False
-                        break
-                try:
-                    self._write(taken.rows)
-                except BaseException as exc:  # noqa: BLE001 - each caller of the batch raises it
-                    taken.error = exc
-                taken.written.set()
-        batch.written.wait()
-        if batch.error is not None:
-            raise batch.error
+            self._write_batch(batch)
+        error = batch.errors[part]
+        if error is not None:
+            raise error
+
+    def _write_batch(self, batch: _Batch) -> None:
+        try:
+            try:
+                self._write([row for part in batch.parts for row in part])
+            except Exception:  # noqa: BLE001 - each caller's rows alone: only those that fail again fail
+                for index, part in enumerate(batch.parts):
+                    try:
+                        self._write(part)
+                    except Exception as exc:  # noqa: BLE001 - raised in its caller's thread
+                        batch.errors[index] = exc
+        finally:
+            with self._turn:
+                batch.done, self._writing = True, False
+                self._turn.notify_all()
 
     @write_transaction
     def _write(self, items: Sequence[tuple[str, str, str]]) -> None:

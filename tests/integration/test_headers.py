@@ -296,6 +296,38 @@ def test_a_documents_first_requests_leave_before_its_last_chunk_is_fitted(tmp_pa
     assert stats.cache_hits == 0 and cached.cache_hits == len(requests) and cached.per_replica == {}
 
 
+def test_a_slice_that_fails_after_earlier_slices_were_sent_cancels_them(tmp_path, monkeypatch):
+    """Sending a slice at a time means requests are out when a later slice fails to fit: they are
+    cancelled (the fleet is freed for other documents), and the error reaches the caller."""
+    from bench.sim import FleetSimulator
+    from contextual_assets.headers import openai_source
+    from contextual_assets.headers.budget import ChunkTooLargeError
+
+    requests = requests_of(tmp_path / "ledger.md", "# Ledger\n\n" + "\n\n".join(
+        f"## Entry {i}\n\nEntry {i} moves crate {i} from bay {i % 7} to dock {i % 5} and logs it." for i in range(40)),
+        chunk_tokens=30, context_tokens=200)
+    real_fit, calls, sent = openai_source.fit_prompts, [], []
+
+    def fit_then_fail(batch, *args, **kwargs):
+        calls.append(len(batch))
+        if len(calls) == 2:
+            raise ChunkTooLargeError("chunk 9 is over the model's context")
+        return real_fit(batch, *args, **kwargs)
+
+    monkeypatch.setattr(openai_source, "fit_prompts", fit_then_fail)
+    with FleetSimulator(1, time_scale=1.0) as sim:  # slow answers: the first slice is still out
+        fleet = make_fleet(sim.base_urls)
+        real_submit = fleet.submit
+        monkeypatch.setattr(fleet, "submit", lambda r: sent.append(real_submit(r)) or sent[-1])
+        try:
+            source = OpenAIHeaderSource(fleet, load_prompt(), token_counter())
+            with pytest.raises(ChunkTooLargeError):
+                source.stream_with_stats(requests)
+        finally:
+            fleet.close()
+    assert len(sent) == openai_source.FIRST_SLICE and all(f.cancelled() for f in sent)
+
+
 def test_prompts_fitted_in_a_batch_are_those_fitted_one_by_one(tmp_path):
     """The batch count (one tokenizer call for a slice) changes nothing: the same messages, estimates and
     trims as `fit_prompt`, including prompts over the limit that lose context parts."""

@@ -9,6 +9,7 @@ import sys
 import time
 
 import dagster as dg
+import pytest
 
 from contextual_assets.definitions import build_definitions
 
@@ -124,18 +125,23 @@ def test_a_ticks_first_run_is_small_and_a_replayed_tick_repeats_its_runs(tmp_pat
     assert [r.run_key for r in replay.run_requests] == [r.run_key for r in first.run_requests]
 
 
-def test_the_sensor_ticks_at_the_first_loop_pass_after_its_interval(tmp_path):
+def test_the_sensor_ticks_at_the_first_loop_pass_after_its_interval(tmp_path, monkeypatch):
     """Dagster's loop passes every 5 s: a minimum interval equal to the setting skipped every other pass
     (ticks 5 or 10 s apart); one second under it, a 5 s setting ticks at every pass."""
     from contextual_assets.defs.ingest.sensor import build_new_documents_sensor
+    from contextual_assets.errors import ConfigurationError
     from contextual_assets.ingest.inbox_watch import InboxOptions
+    from contextual_assets.settings import PlatformSettings
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     for setting, minimum in ((5, 4), (30, 29)):
-        sensor = build_new_documents_sensor("ingest_documents", InboxOptions(inbox=str(inbox), partitions_per_run=8,
-                                                                            interval_s=setting))
+        settings = PlatformSettings(inbox=str(inbox), inbox_interval_s=setting)
+        sensor = build_new_documents_sensor("ingest_documents", InboxOptions.from_settings(settings))
         assert sensor.minimum_interval_seconds == minimum
+    monkeypatch.setenv("CTX_INBOX_INTERVAL_S", "4")
+    with pytest.raises(ConfigurationError, match="CTX_INBOX_INTERVAL_S"):
+        PlatformSettings.from_env()
 
 
 def test_add_modify_delete(tmp_path, settings_factory):
