@@ -5,17 +5,13 @@ figures read off the orchestration path (`bench.ingest` platform and stream mode
   log), over the documents they ingested;
 * `planned_events_per_run`: `ASSET_MATERIALIZATION_PLANNED` events per run (by default Dagster writes one
   per partition and asset before the run is launched, so it grows with the run's partitions);
-* `cpu_ms_per_event`: the step thread's CPU time per stored materialization, from the committed
-  `bench.dagster_events` result for the instance's storage (process time, not wall).
+* `cpu_ms_per_event`: the step thread's CPU time per stored materialization on the instance's storage,
+  measured by the benchmark itself (`bench.dagster_events`; process time, not wall).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def event_counts(instance, run_ids: Sequence[str], documents: int) -> dict:
@@ -35,14 +31,13 @@ def event_counts(instance, run_ids: Sequence[str], documents: int) -> dict:
             "planned_events_per_run_max": max(planned, default=0)}
 
 
-def cpu_ms_per_event(storage: str, results: Path = RESULTS / "dagster_events.json") -> float | None:
-    """The step thread's CPU milliseconds per materialization on `storage`, from `bench.dagster_events`'s
-    committed result (None when it was not measured)."""
-    try:
-        rows = json.loads(results.read_text())["storages"]
-    except (OSError, ValueError, KeyError):
-        return None
-    return next((row.get("cpu_ms_per_event") for row in rows if row.get("storage") == storage), None)
+def cpu_ms_per_event(storage: str, documents: int = 50) -> float:
+    """The CPU milliseconds one materialization costs the thread that writes it, on a fresh instance of
+    `storage` in this process, now (`bench.dagster_events.measure`: 3 per document)."""
+    from bench.dagster_events import measure
+
+    _, cpu_s = measure(storage, documents)
+    return round(cpu_s * 1000, 2)
 
 
 def first_request_after(first_request_t: float | None, submitted: float) -> float | None:
