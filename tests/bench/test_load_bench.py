@@ -20,7 +20,8 @@ def test_load_bench_tiny(tmp_path, pg_url, capsys):
     sensor = result["sensor"]
     first, unchanged, changed = sensor["first_tick"], sensor["unchanged_tick"], sensor["one_changed_tick"]
     assert first["partitions_added"] == 50, "the first tick adds every document"
-    assert first["run_requests"] == 1, "and requests one run over their partition range (pipelined)"
+    # A small first run (an eighth of CTX_PARTITIONS_PER_RUN: 25), then one run over the rest of the range.
+    assert first["run_requests"] == 2, "and requests runs over their partition range (pipelined)"
     assert (unchanged["run_requests"], unchanged["partitions_added"]) == (0, 0)
     assert (changed["run_requests"], changed["partitions_added"]) == (1, 0)
     # The state is in the store: a tick writes the entries that changed, the cursor does not grow.
