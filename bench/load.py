@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -31,222 +30,28 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.load_inbox import run_sensor
 from bench.report import write_json
+from bench.synthetic_corpus import (
+    INDEX_VERSION,
+    PG_MAINTENANCE_WORK_MEM,
+    Corpus,
+    K,
+    chunk_index,
+    documents,
+    exact_top_k,
+    ms,
+    percentile,
+    recall,
+    start_postgres,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-INDEX_VERSION = "iv-load-bench"
-K = 10
-PG_MAINTENANCE_WORK_MEM = "1GB"
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
-
-
-def ms(seconds: float) -> float:
-    return round(seconds * 1000, 2)
-
-
-# ---- 1. inbox sensor --------------------------------------------------------------------------
-
-
-def write_inbox(inbox: Path, n_docs: int, per_folder: int = 200, age_s: float = 3600.0) -> list[Path]:
-    """`n_docs` small files, alternately .md and .txt, `per_folder` to a sub-folder, last modified
-    `age_s` ago (files that have long settled, as in an inbox that is already full)."""
-    paths = []
-    then = time.time_ns() - int(age_s * 1e9)
-    for i in range(n_docs):
-        folder = inbox / f"team-{i // per_folder:03d}"
-        if i % per_folder == 0:
-            folder.mkdir(parents=True, exist_ok=True)
-        if i % 2:
-            path = folder / f"note {i:05d}.txt"
-            path.write_text(f"Note {i}.\n\nPlain text about item {i}, owned by team {i // per_folder}.\n")
-        else:
-            path = folder / f"report-{i:05d}.md"
-            path.write_text(f"# Report {i}\n\n## Summary\n\nRevenue of unit {i} grew {i % 17} percent.\n")
-        os.utime(path, ns=(then, then))
-        paths.append(path)
-    return paths
-
-
-def run_sensor(n_docs: int, workdir: Path, unchanged_ticks: int = 3) -> dict:
-    import dagster as dg
-
-    from contextual_assets.definitions import build_definitions
-
-    from contextual_assets.defs.resources import build_resources
-    from contextual_assets.store.shared import clear_store_cache
-    from contextual_assets.ingest.inbox import open_inbox
-    from contextual_assets.settings import PlatformSettings
-
-    inbox = workdir / "inbox"
-    started = time.perf_counter()
-    paths = write_inbox(inbox, n_docs)
-    write_s = time.perf_counter() - started
-    # The default settle delay (CTX_INBOX_SETTLE_S): the files are older than it, so taken at once.
-    settings = PlatformSettings(home=str(workdir / ".ctx"), inbox=str(inbox),
-                                duckdb_path=str(workdir / ".ctx" / "index.duckdb"), header_source="structural")
-    defs = build_definitions(settings)
-    sensor = defs.resolve_sensor_def("new_documents")
-    store_resource = build_resources(settings)["store"]
-    store = store_resource.open()  # migrate the store outside the timed ticks
-    source = open_inbox(settings.inbox)
-    (workdir / "dagster_home").mkdir(parents=True, exist_ok=True)
-    result: dict = {"documents": n_docs, "write_inbox_s": round(write_s, 2), "settle_s": settings.inbox_settle_s,
-                    "dagster_storage": "sqlite (DagsterInstance.local_temp)", "store": "duckdb"}
-    with dg.DagsterInstance.local_temp(str(workdir / "dagster_home")) as instance:
-        cursor: str | None = None
-
-        def tick() -> dict:
-            nonlocal cursor
-            before = store.inbox_state.entries(source.location)
-            t0 = time.perf_counter()
-            with dg.build_sensor_context(instance_ref=instance.get_ref(), cursor=cursor,
-                                         resources={"store": store_resource}, definitions=defs) as context:
-                data = sensor.evaluate_tick(context)
-            t1 = time.perf_counter()
-            added = 0
-            for request in data.dynamic_partitions_requests or []:
-                if isinstance(request, dg.AddDynamicPartitionsRequest):
-                    instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-                    added += len(request.partition_keys)
-                else:
-                    for key in request.partition_keys:
-                        instance.delete_dynamic_partition(request.partitions_def_name, key)
-            t2 = time.perf_counter()
-            cursor = data.cursor or cursor
-            after = store.inbox_state.entries(source.location)
-            # Entries this tick wrote (new, changed or dropped), read back from the store outside the timing.
-            written = sum(before.get(path) != row for path, row in after.items()) + len(set(before) - set(after))
-            return {"tick_s": round(t1 - t0, 3), "apply_partitions_s": round(t2 - t1, 3),
-                    "run_requests": len(data.run_requests or []), "partitions_added": added,
-                    "cursor_bytes": len(cursor or ""), "entries_written": written}
-
-        result["first_tick"] = tick()
-        unchanged = [tick() for _ in range(max(1, unchanged_ticks))]
-        result["unchanged_tick"] = {**unchanged[len(unchanged) // 2],
-                                    "tick_s": round(statistics.median(t["tick_s"] for t in unchanged), 3),
-                                    "tick_s_each": [t["tick_s"] for t in unchanged],
-                                    "entries_written": max(t["entries_written"] for t in unchanged)}
-        changed = paths[len(paths) // 2]
-        changed.write_text(changed.read_text() + "\nAmended.\n")
-        then = time.time_ns() - 30 * 1_000_000_000  # changed a while ago: settled, so taken this tick
-        os.utime(changed, ns=(then, then))
-        result["one_changed_tick"] = tick()
-
-        timings, partitions = [], []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            partitions = instance.get_dynamic_partitions("documents")
-            timings.append(time.perf_counter() - t0)
-        result["list_partitions"] = {"partitions": len(partitions), "median_s": round(statistics.median(timings), 4),
-                                     "max_s": round(max(timings), 4), "runs": len(timings)}
-
-        # Where an unchanged tick's time goes: listing the folder (stat only) and reading the state.
-        t0 = time.perf_counter()
-        listing = source.list()
-        t1 = time.perf_counter()
-        rows = store.inbox_state.entries(source.location)
-        t2 = time.perf_counter()
-        result["unchanged_parts"] = {"list_inbox_s": round(t1 - t0, 3), "read_state_s": round(t2 - t1, 3),
-                                     "files": len(listing.files), "entries": len(rows)}
-        result["sources_registered"] = len(store.corpus.list_sources())
-        # For comparison: the same sources registered in one `register_sources` transaction on a fresh store
-        # (what the first tick does, as part of its time).
-        from contextual_assets.models import SourceRecord
-        from contextual_assets.store import open_store
-
-        bulk_store = open_store(None, workdir / "bulk-sources.duckdb")
-        records = [SourceRecord(doc_id=r.doc_id, path=r.path, file_hash=r.revision) for r in rows.values()]
-        t0 = time.perf_counter()
-        bulk_store.corpus.register_sources(records)
-        result["register_sources_bulk_s"] = round(time.perf_counter() - t0, 3)
-        bulk_store.close()
-    clear_store_cache()
-    return result
 
 
 # ---- 2. store ---------------------------------------------------------------------------------
-
-
-class Corpus:
-    """Two-level Gaussian mixture of unit vectors with topic-flavoured texts; reproducible by seed."""
-
-    def __init__(self, n_chunks: int, dim: int, seed: int = 7):
-        rng = np.random.default_rng(seed)
-        self.n, self.dim, self.rng = n_chunks, dim, rng
-        self.n_topics = max(4, n_chunks // 1000)
-        self.n_sub = 20
-        self.topics = self._unit(rng.standard_normal((self.n_topics, dim)))
-        self.subs = rng.standard_normal((self.n_topics, self.n_sub, dim)).astype(np.float32) * (0.7 / np.sqrt(dim))
-        letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-        self.vocab = ["".join(rng.choice(letters, size=rng.integers(4, 9))) for _ in range(3000 + 30 * self.n_topics)]
-        self.general = self.vocab[:3000]
-        self.labels = rng.integers(0, self.n_topics, n_chunks)
-        self.sublabels = rng.integers(0, self.n_sub, n_chunks)
-        self.vectors = self._sample(self.labels, self.sublabels)
-
-    @staticmethod
-    def _unit(m: np.ndarray) -> np.ndarray:
-        m = m.astype(np.float32)
-        return m / np.linalg.norm(m, axis=1, keepdims=True)
-
-    def _sample(self, labels: np.ndarray, sublabels: np.ndarray) -> np.ndarray:
-        noise = self.rng.standard_normal((len(labels), self.dim)).astype(np.float32) * (0.5 / np.sqrt(self.dim))
-        return self._unit(self.topics[labels] + self.subs[labels, sublabels] + noise)
-
-    def topic_words(self, topic: int) -> list[str]:
-        return self.vocab[3000 + 30 * topic: 3000 + 30 * (topic + 1)]
-
-    def text(self, i: int) -> str:
-        rng = np.random.default_rng(i)
-        words = list(rng.choice(self.general, 14)) + list(rng.choice(self.topic_words(int(self.labels[i])), 6))
-        rng.shuffle(words)
-        return " ".join(words)
-
-    def queries(self, n: int) -> tuple[np.ndarray, list[str]]:
-        labels = self.rng.integers(0, self.n_topics, n)
-        vectors = self._sample(labels, self.rng.integers(0, self.n_sub, n))
-        texts = [" ".join(self.rng.choice(self.topic_words(int(t)), 3)) for t in labels]
-        return vectors, texts
-
-
-def documents(corpus: Corpus, per_doc: int, version: str = INDEX_VERSION, limit: int | None = None):
-    """The corpus as (document record, chunks) pairs of `per_doc` chunks, the first `limit` chunks only."""
-    from contextual_assets.models import DocumentRecord, EmbeddedChunk, content_hash
-
-    total = corpus.n if limit is None else min(limit, corpus.n)
-    for start in range(0, total, per_doc):
-        doc_id = f"bench/doc-{start // per_doc:05d}.md"
-        chunks = []
-        for ordinal, i in enumerate(range(start, min(start + per_doc, total))):
-            text = corpus.text(i)
-            chunks.append(EmbeddedChunk(
-                doc_id=doc_id, source_doc=doc_id, title=f"Doc {start // per_doc}", ordinal=ordinal,
-                section_path=[f"Topic {corpus.labels[i]}"], text=text, token_count=20, content_hash=content_hash(text),
-                header="", header_source="none", embedding=corpus.vectors[i].tolist(),
-            ))
-        record = DocumentRecord(doc_id=doc_id, index_version=version, source_path=f"/bench/{doc_id}", kind="md",
-                                title=f"Doc {start // per_doc}", file_hash=f"{start:064x}", n_chunks=len(chunks),
-                                updated_at="")
-        yield record, chunks
-
-
-def exact_top_k(corpus: Corpus, queries: np.ndarray, k: int) -> list[set[int]]:
-    scores = queries @ corpus.vectors.T
-    top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    return [set(int(i) for i in row) for row in top]
-
-
-def recall(found: list[list[int]], truth: list[set[int]], k: int) -> float:
-    return float(np.mean([len(set(f[:k]) & t) / k for f, t in zip(found, truth)]))
-
-
-def chunk_index(hit, per_doc: int) -> int:
-    return int(hit.doc_id.rsplit("-", 1)[1].split(".")[0]) * per_doc + hit.ordinal
 
 
 def run_store(backend: str, corpus: Corpus, per_doc: int, queries: np.ndarray, query_texts: list[str],
@@ -355,21 +160,6 @@ def ef_sweep_results(store, queries: np.ndarray, truth: list[set[int]], per_doc:
             out.append({"ef_search": ef, "recall_at_10": round(recall(found, truth, K), 4),
                         "p50_ms": ms(percentile(times, 50)), "p95_ms": ms(percentile(times, 95))})
     return out
-
-
-def start_postgres(workdir: Path):
-    import pgserver
-
-    # Not under a 0700 directory: as root, pgserver runs Postgres as its own user.
-    data_dir = Path(tempfile.mkdtemp(prefix="ctx-load-pg-"))
-    server = pgserver.get_server(data_dir, cleanup_mode="stop")
-    server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
-    server.psql("DROP DATABASE IF EXISTS ctx_load_bench;")
-    server.psql("CREATE DATABASE ctx_load_bench;")
-    # Room for the HNSW graph while CREATE INDEX builds it (pgvector warns and slows down otherwise).
-    server.psql(f"ALTER DATABASE ctx_load_bench SET maintenance_work_mem = '{PG_MAINTENANCE_WORK_MEM}';")
-    url = server.get_uri().replace("/postgres?", "/ctx_load_bench?", 1)
-    return server, data_dir, url
 
 
 def run(n_docs: int, n_chunks: int, dim: int, n_queries: int, per_doc: int, backends: list[str], workdir: Path,

@@ -49,8 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.load import Corpus, K, documents, ms, percentile, start_postgres
 from bench.report import write_json
+from bench.synthetic_corpus import Corpus, K, documents, ms, percentile, start_postgres
 
 BIG, SMALL = "iv-search-big", "iv-search-small"
 EF_SWEEP = (40, 100, 200, 400, 800, 1000)
