@@ -58,12 +58,12 @@ from bench.sim.fleet import (
     _CHUNK_RE,
     _ID_RE,
     _TITLE_RE,
-    PrefixCache,
     ReplicaSpec,
     _message_text,
     header_sentence,
 )
 from bench.sim.engine import CALIBRATION, natural_length
+from bench.sim.kv_blocks import PrefixCache
 
 Body = Mapping[str, Any]  # an OpenAI chat-completions request body: messages, max_tokens, ...
 

@@ -24,6 +24,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from bench.sim.kv_blocks import BlockPool, block_hashes
+
 # --------------------------------------------------------------------------------------------
 # Calibration: Llama-3.2-3B(-Instruct) in bf16 on one NVIDIA A100-SXM4-80GB, vLLM v1 defaults.
 #
@@ -89,45 +91,6 @@ def natural_length(key: str, mean: int, cost_model: str = "vllm") -> int:
     return max(1, min(round(value), 8 * mean))
 
 
-def block_hashes(tokens: list[str], block_size: int) -> list[int]:
-    """The hash of every full block of `tokens`; a block's hash covers every token up to its end."""
-    out, h = [], 0
-    for i in range(len(tokens) // block_size):
-        h = hash((h, tuple(tokens[i * block_size:(i + 1) * block_size])))
-        out.append(h)
-    return out
-
-
-class PrefixCache:
-    """LRU of block hashes (the legacy engine's cache, and the model floor's ideal one)."""
-
-    def __init__(self, block_size: int, capacity_blocks: int):
-        self.block_size = block_size
-        self.capacity = capacity_blocks
-        self.blocks: collections.OrderedDict[int, None] = collections.OrderedDict()
-
-    def admit(self, tokens: list[str]) -> tuple[int, int]:
-        """(hit tokens, queried tokens) for this prompt; its full blocks are then cached."""
-        bs = self.block_size
-        hits = 0
-        hitting = True
-        hashes = block_hashes(tokens, bs)
-        for h in hashes:
-            if h in self.blocks:
-                self.blocks.move_to_end(h)
-                if hitting:
-                    hits += bs
-            else:
-                hitting = False
-                self.blocks[h] = None
-        while len(self.blocks) > self.capacity:
-            self.blocks.popitem(last=False)
-        return hits, len(hashes) * bs
-
-    def clear(self) -> None:
-        self.blocks.clear()
-
-
 class Outcome:
     """A future-like result holder for sequences submitted without an asyncio future (unit tests)."""
 
@@ -191,69 +154,6 @@ class Plan:
 
 _COUNTERS = ("prompt_tokens", "generation_tokens", "prefix_hit_tokens", "prefix_query_tokens", "preemptions",
              "success_stop", "success_length")
-
-
-class BlockPool:
-    """vLLM v1's paged KV cache with prefix caching: `num_blocks` blocks; a block is referenced by the
-    running sequences using it, and free otherwise. Free blocks wait in an LRU queue (freed blocks join
-    its tail, the tail block of a sequence first evicted); a free block may still hold a cached prompt
-    block (its hash in `cached`) until it is reused, which evicts it."""
-
-    def __init__(self, num_blocks: int):
-        self.num_blocks = num_blocks
-        self.ref = [0] * num_blocks
-        self.hash: list[int | None] = [None] * num_blocks
-        self.free: collections.OrderedDict[int, None] = collections.OrderedDict.fromkeys(range(num_blocks))
-        self.cached: dict[int, int] = {}
-        self.evictions = 0
-
-    @property
-    def used(self) -> int:
-        """Blocks referenced by running sequences."""
-        return self.num_blocks - len(self.free)
-
-    def hits(self, hashes: list[int], max_blocks: int) -> list[int]:
-        out = []
-        for h in hashes[:max_blocks]:
-            b = self.cached.get(h)
-            if b is None:
-                break
-            out.append(b)
-        return out
-
-    def take(self, hit_blocks: list[int], n_new: int) -> list[int] | None:
-        """Reference `hit_blocks` and allocate `n_new` fresh blocks (evicting LRU cached ones); None,
-        changing nothing, when they do not fit."""
-        reusable = sum(1 for b in hit_blocks if self.ref[b] == 0)
-        if n_new > len(self.free) - reusable:
-            return None
-        for b in hit_blocks:
-            if self.ref[b] == 0:
-                del self.free[b]
-            self.ref[b] += 1
-        return hit_blocks + [self.allocate() for _ in range(n_new)]
-
-    def allocate(self) -> int:
-        b, _ = self.free.popitem(last=False)
-        h = self.hash[b]
-        if h is not None:
-            self.hash[b] = None
-            if self.cached.get(h) == b:
-                del self.cached[h]
-            self.evictions += 1
-        self.ref[b] = 1
-        return b
-
-    def register(self, block: int, h: int) -> None:
-        if h not in self.cached and self.hash[block] is None:
-            self.hash[block] = h
-            self.cached[h] = block
-
-    def release(self, blocks: list[int]) -> None:
-        for b in reversed(blocks):
-            self.ref[b] -= 1
-            if self.ref[b] == 0:
-                self.free[b] = None
 
 
 class _Steps:
@@ -458,130 +358,10 @@ class Engine(_Steps):
 
 
 
-class LegacyEngine(_Steps):
-    """The simulator's old cost model (cost_model "legacy"), kept to compare against."""
+def make_engine(spec: Any) -> Any:
+    """The engine of `spec.cost_model`: `Engine`, or `LegacyEngine` (bench/sim/legacy_engine.py)."""
+    if spec.cost_model == "legacy":
+        from bench.sim.legacy_engine import LegacyEngine
 
-    def __init__(self, spec: Any):
-        self.spec = spec
-        self.block_size = spec.block_size
-        self.counters = dict.fromkeys(_COUNTERS, 0)
-        self.clock = 0.0
-        self.cache = PrefixCache(spec.block_size, spec.prefix_cache_blocks)
-        self.reset()
-
-    def reset(self) -> None:
-        self.cache.clear()
-        self.waiting: collections.deque[Seq] = collections.deque()
-        self.running: list[Seq] = []
-
-    def fits_ever(self, prompt_tokens: int, output_tokens: int) -> bool:
-        return True
-
-    def submit(self, seq: Seq) -> Seq:
-        self.waiting.append(seq)
-        return seq
-
-    def outstanding(self) -> int:
-        return len(self.waiting) + len(self.running)
-
-    def kv_usage(self) -> float:
-        """The prompt plus generated tokens of the running sequences over the capacity, at most 1."""
-        capacity = self.spec.kv_cache_tokens or self.spec.max_num_seqs * 2048
-        used = sum(s.prompt_tokens + s.generated for s in self.running if not s.future.done())
-        return min(1.0, used / capacity)
-
-    def schedule(self) -> Plan | None:
-        spec = self.spec
-        running = self.running
-        if any(s.future.done() for s in running):
-            running[:] = [s for s in running if not s.future.done()]
-        prefill_tokens = 0
-        while self.waiting and len(running) < spec.max_num_seqs:
-            seq = self.waiting.popleft()
-            if seq.future.done():
-                continue
-            hits, queried = self.cache.admit(seq.tokens)
-            c = self.counters
-            c["prefix_hit_tokens"] += hits
-            c["prefix_query_tokens"] += queried
-            c["prompt_tokens"] += seq.prompt_tokens
-            prefill_tokens += max(1, seq.prompt_tokens - hits)
-            running.append(seq)
-        if not running:
-            return None
-        ctx = 0
-        for s in running:
-            ctx += len(s.tokens) + s.generated
-        prefill_cost = spec.prefill_s_per_token * prefill_tokens
-        decode_cost = spec.decode_base_s + spec.decode_s_per_ctx_token * ctx
-        return Plan(prefill_cost + decode_cost, prefill_cost, decode_cost, list(running),
-                    prefill_tokens + len(running), ctx)
-
-    def commit(self, plan: Plan) -> list[Seq]:
-        self.clock += plan.cost_s
-        finished, still = [], []
-        for s in self.running:
-            if s.future.done():
-                continue
-            s.generated += 1
-            self.counters["generation_tokens"] += 1
-            if s.generated >= s.target:
-                finished.append(s)
-                s.finish_time = self.clock
-                s.future.set_result(s.generated)
-            else:
-                still.append(s)
-        self.running[:] = still
-        return finished
-
-
-
-def make_engine(spec: Any) -> Engine | LegacyEngine:
-    return LegacyEngine(spec) if spec.cost_model == "legacy" else Engine(spec)
-
-
-# --------------------------------------------------------------------------------------------
-# The throughput model (the docstring's table, and tests)
-
-
-def closed_loop_throughput(spec: Any, concurrency: int, prompt_tokens: int = 1000, output_tokens: int = 50,
-                           requests: int | None = None, shared_prefix: int = 0) -> dict:
-    """Simulated steady throughput of one engine with `concurrency` clients each sending a new request
-    as soon as its previous one finished (distinct prompts of `prompt_tokens`, of which the first
-    `shared_prefix` are common to all; exactly `output_tokens` generated). Measured in simulated time
-    over the completions between the end of the first round (the warm-up, where every client's first
-    prefill lands at once) and the last request's submission (before the drain)."""
-    engine = make_engine(spec)
-    requests = requests or max(10 * concurrency, 160)
-    prefix = [f"shared{i}" for i in range(shared_prefix)]
-    sent = 0
-    done: list[float] = []
-    last_sent_at = None
-
-    def send() -> None:
-        nonlocal sent
-        tokens = prefix + [f"r{sent}_{i}" for i in range(prompt_tokens - shared_prefix)]
-        engine.submit(Seq(tokens, output_tokens))
-        sent += 1
-
-    for _ in range(min(concurrency, requests)):
-        send()
-    while len(done) < requests:
-        plan = engine.schedule()
-        if plan is None:
-            raise RuntimeError("engine idle with requests outstanding")
-        for _ in engine.commit(plan):
-            done.append(engine.clock)
-            if sent < requests:
-                send()
-                if sent == requests:
-                    last_sent_at = len(done)
-    # Whole rounds of `concurrency` completions (clients finishing in lockstep would bias a window
-    # cut mid-round), from the end of the first round to the last one before the drain.
-    first = min(concurrency, len(done) - 1) - 1
-    rounds = max(1, ((last_sent_at or len(done)) - 1 - first) // concurrency)
-    last = min(first + rounds * concurrency, len(done) - 1)
-    rps = (last - first) / (done[last] - done[first])
-    return {"concurrency": concurrency, "requests_per_s": rps, "output_tokens_per_s": rps * output_tokens,
-            "prompt_tokens_per_s": rps * prompt_tokens, "sim_s": engine.clock,
-            "preemptions": engine.counters["preemptions"]}
+        return LegacyEngine(spec)
+    return Engine(spec)

@@ -92,7 +92,7 @@ one A100-SXM4-80GB (2,039 GB/s, 312 TFLOPS bf16), vLLM v1's A100 OpenAI-server d
 Cross-check: the field report in the project's context (four Granite 3B FP16 replicas on RTX 3090s at
 ~16 requests in flight each: ~20K tokens/s, ~5K per card) matches the same 50 % MFU on a 3090
 (5.5K tokens/s, compute-bound prefill). One replica (speed 1) at concurrency C, closed loop
-(``engine.closed_loop_throughput``), in requests/s (output tokens/s)::
+(``throughput_model.closed_loop_throughput``), in requests/s (output tokens/s)::
 
     request                          C=1          C=16          C=64           C=256
     1,000 + 50, distinct prompts     3.1 (155)    16.7 (836)    21.7 (1,087)   22.6 (1,129)
@@ -235,10 +235,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.sim.engine import (  # noqa: F401 - PrefixCache and _unit are re-exported (bench.model_floor)
+from bench.sim.engine import (  # noqa: F401 - _unit is re-exported (bench.model_floor)
     CALIBRATION,
     COST_MODELS,
-    PrefixCache,
     Seq,
     _unit,
     make_engine,

@@ -14,7 +14,9 @@ import httpx
 import pytest
 
 from bench.sim import FleetSimulator, ReplicaSpec
-from bench.sim.engine import Engine, LegacyEngine, Seq, closed_loop_throughput, make_engine, natural_length
+from bench.sim.engine import Engine, Seq, make_engine, natural_length
+from bench.sim.legacy_engine import LegacyEngine
+from bench.sim.throughput_model import closed_loop_throughput
 
 
 def toks(n: int, tag: str) -> list[str]:
