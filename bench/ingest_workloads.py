@@ -1,6 +1,7 @@
 """bench.ingest's corpora (`--workload`): long PDFs with an outline (seed), the codebase set, short
-notes (small), a skewed set, the stream's mixed notes and the shared fleet's, all generated
-reproducibly into a folder."""
+notes (small), a skewed set, the stream's mixed notes, the shared fleet's long notes and kv-stress's
+long sections (with the settings and KV pool that workload runs with, `WORKLOAD_OPTIONS`), all
+generated reproducibly into a folder."""
 
 from __future__ import annotations
 
@@ -152,3 +153,73 @@ def build_mixed(dest: Path, documents: int, seed: int, prefix: str = "doc") -> l
 def build_stream(dest: Path, documents: int = 2000) -> list[Path]:
     """The inbox stream's documents (dropped in waves by `run_stream`)."""
     return build_mixed(dest, documents, seed=9000)
+
+
+def build_long_notes(dest: Path, documents: int, seed: int, prefix: str = "doc", paragraphs: int = 60) -> list[Path]:
+    """Markdown documents of one long section of `paragraphs` paragraphs (~0.8 chunk each): with the
+    default 1,000-token context each header request carries ~900 tokens that few others share, the
+    most fleet work per chunk a default header request makes (the least client CPU per fleet-second)."""
+    import random
+
+    dest.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for d in range(documents):
+        rng = random.Random(seed + d)
+        topic = _TOPICS[d % len(_TOPICS)]
+        path = dest / f"{prefix}_{d + 1:04d}.md"
+        path.write_text(_markdown(rng, f"{prefix.capitalize()} {d + 1}: {topic}", topic, 1, paragraphs))
+        paths.append(path)
+    return paths
+
+
+# Documents per `ctx ingest` process of shared-fleet: 56 of ~48 chunks (2,681 for part a), 33.0 s of
+# model-floor work each on the shared fleet at time scale 1 (>= 30 s, so that the shares can settle;
+# tests/bench checks the bound).
+SHARED_FLEET_DOCUMENTS_PER_PROCESS = 56
+
+
+def build_shared_parts(dest: Path, processes: int, documents: int | None = None, paragraphs: int = 60) -> list[Path]:
+    """`processes` parts of long notes in folders a/, b/, ... (`documents` in all; default
+    SHARED_FLEET_DOCUMENTS_PER_PROCESS each)."""
+    import itertools
+
+    documents = documents if documents is not None else processes * SHARED_FLEET_DOCUMENTS_PER_PROCESS
+    bounds = [round(i * documents / processes) for i in range(processes + 1)]
+    paths = []
+    for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        name = chr(ord("a") + i)
+        paths += build_long_notes(dest / name, hi - lo, seed=11000 + 1000 * i, prefix=name, paragraphs=paragraphs)
+    return paths
+
+
+# kv-stress: long header prompts on replicas whose KV pool holds a few of them. The header context
+# budget is 4,000 tokens (CTX_CONTEXT_TOKENS; the default is 1,000), so a request carries its
+# section's ~3,300 words; the replicas serve Llama-3.2-3B bf16 on a 12 GB card (RTX 3060 12GB / 4070
+# class, ~11.7 GiB to torch) at gpu_memory_utilization 0.9: 10.5 GiB - 6.0 GiB of weights - ~2.2 GiB
+# of activations and CUDA graphs (engine.CALIBRATION's A100 figures) = ~2.3 GiB of KV / 112 KiB a
+# token = 21,760 tokens (1,360 blocks of 16). Step costs stay the A100's (such a card is several times
+# slower, which changes the walls, not where admission stops): the workload is about the KV bound.
+KV_STRESS_CONTEXT_TOKENS = 4000
+KV_STRESS_KV_CACHE_TOKENS = 21_760
+# bench.ingest's BenchOptions fields a workload sets (its replicas' KV pool and its header context).
+WORKLOAD_OPTIONS: dict[str, dict[str, int]] = {
+    "kv-stress": {"context_tokens": KV_STRESS_CONTEXT_TOKENS, "kv_cache_tokens": KV_STRESS_KV_CACHE_TOKENS}}
+
+
+def build_kv_stress(dest: Path, documents: int = 6, sections: int = 2, paragraphs: int = 30) -> list[Path]:
+    """Markdown documents of `sections` sections of `paragraphs` paragraphs (~24 chunks a section):
+    each section longer than the 4,000-token context, so a header request carries ~3,300 words of it
+    (`KV_STRESS_CONTEXT_TOKENS`); chunks near a section's ends share the window's start, and so the KV
+    blocks of that prefix. 256 such sequences need ~850K tokens of KV, 39x the kv-stress replica's pool: admission
+    stops at the KV bound, and decoding sequences that find no free block preempt others."""
+    import random
+
+    dest.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for d in range(documents):
+        rng = random.Random(13000 + d)
+        topic = _TOPICS[d % len(_TOPICS)]
+        path = dest / f"register_{d + 1:02d}.md"
+        path.write_text(_markdown(rng, f"Register {d + 1}: {topic}", topic, sections, paragraphs))
+        paths.append(path)
+    return paths

@@ -232,6 +232,12 @@ def model_floor_s(bodies: Sequence[Body], speeds: Sequence[float], time_scale: f
     return floor_of(request_costs(bodies, model), speeds, time_scale)
 
 
+def engine_speeds(speeds: Sequence[float], engines: int) -> list[float]:
+    """One speed per engine: `CostModel.of` gives one engine's costs, so a replica of `engines`
+    data-parallel engines is that many engines of its speed (its capacity is engines x speed)."""
+    return [s for s in speeds for _ in range(engines)]
+
+
 def floor_of(costs: Sequence[RequestCost], speeds: Sequence[float], time_scale: float) -> float:
     return sum(c.work_s for c in costs) / sum(speeds) * time_scale
 

@@ -29,15 +29,16 @@ class SimFleet:
     def start(cls, workdir: Path, time_scale: float, speeds: tuple[float, ...] | list[float] = DEFAULT_SPEEDS,
               max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, root: str | None = None, serve_embeddings: bool = False,
               embedding_dim: int = 384, engines: int = 1, metrics_lag_s: float = 0.0,
-              cost_model: str = "vllm") -> SimFleet:
+              cost_model: str = "vllm", kv_cache_tokens: int = 0) -> SimFleet:
         """A cold simulator process; its port file is written under `workdir`. `root`: the weights its
         /v1/models reports for the served name (default: the name). The rest as the `python -m bench.sim`
-        flags of the same names (ReplicaSpec's fields)."""
+        flags of the same names (ReplicaSpec's fields; `kv_cache_tokens` 0: the default KV pool)."""
         port_file = workdir / f"sim-{time.monotonic_ns()}.json"
         proc = subprocess.Popen(
             [sys.executable, "-m", "bench.sim", "--speeds", ",".join(map(str, speeds)),
              "--max-num-seqs", str(max_num_seqs), "--time-scale", str(time_scale), "--port-file", str(port_file),
              "--engines", str(engines), "--metrics-lag-s", str(metrics_lag_s), "--cost-model", cost_model,
+             "--kv-cache-tokens", str(kv_cache_tokens),
              "--embedding-dim", str(embedding_dim), *(["--embeddings"] if serve_embeddings else []),
              *(["--root", root] if root else [])],
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

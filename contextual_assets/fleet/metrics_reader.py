@@ -2,7 +2,7 @@
 
 A replica's own count of running and waiting requests includes other processes' requests, so
 processes sharing a fleet see each other's load; each read also adapts the replica's concurrency
-limit (`routing.adapted_limit`: the capacity search) and ends its slow start. The gauges are the engine's own
+limit (`capacity.adapted_limit`: the capacity search) and ends its slow start. The gauges are the engine's own
 (vLLM, llama.cpp, SGLang or TGI names: `engine_metrics`). A replica without usable metrics (a proxy, a server
 started without them, or down) is routed on local counts alone and read again after `METRICS_RETRY_S`.
 """
@@ -14,7 +14,7 @@ import time
 
 import httpx
 
-from . import routing
+from . import capacity
 from .config import FleetConfig
 from .engine_metrics import metrics_url, read_engine_metrics
 from .replica import ReplicaReport, ReplicaState
@@ -47,13 +47,13 @@ class MetricsReader:
                     for state in self.replicas:
                         state.slow_start = False
                 slots.metrics_fresh.set()
-                await slots.notify_all()  # room may have opened on a replica other processes used
+                slots.offer_room()  # room may have opened: a raised limit, or other processes' requests gone
                 # In slow start, read again soon: it ends at the first read that shows our requests;
                 # while a replica's capacity is still being found, read often enough to climb fast.
                 if any(s.slow_start for s in self.replicas):
                     await asyncio.sleep(min(SLOW_START_INTERVAL_S, interval))
-                elif any(routing.climbing(s) for s in self.replicas):
-                    await asyncio.sleep(min(routing.CLIMB_READ_S, interval))
+                elif any(capacity.climbing(s) for s in self.replicas):
+                    await asyncio.sleep(min(capacity.CLIMB_READ_S, interval))
                 else:
                     await asyncio.sleep(interval)
 
@@ -94,7 +94,7 @@ class MetricsReader:
                                preemptions=metrics.preemptions,
                                work_tokens=float(state.answered_tokens) if local_work else metrics.generation_tokens,
                                work_is_local=local_work, engine=metrics.engine)
-        state.limit, state.capacity = routing.adapted_limit(state, report, state.report)
+        state.limit, state.capacity = capacity.adapted_limit(state, report, state.report)
         state.report = report
-        if state.slow_start and routing.ends_slow_start(report):
+        if state.slow_start and capacity.ends_slow_start(report):
             state.slow_start = False

@@ -42,15 +42,16 @@ class ReplicaReport:
 
 @dataclass
 class CapacityProbe:
-    """What the capacity search (`routing.adapted_limit`) has learnt about one replica: the throughput
-    at the limit before the last raise, and the throughput measured at the current limit."""
+    """What the capacity search (`capacity.adapted_limit`) has learnt about one replica: the work rate
+    measured at each level over a settled window, and where the last raise came from."""
 
     level: int | None = None  # the limit being measured (None: nothing measured yet)
-    reads: int = 0  # reads at this level while the limit was binding (the first one is skipped)
-    level_rate: float = 0.0  # mean work rate at this level (tokens/s)
-    previous_level: int | None = None
-    previous_rate: float | None = None  # the rate measured at previous_level
-    knee_at: float | None = None  # when a raise last stopped paying (None: still climbing)
+    reads: int = 0  # binding reads at this level after the window started (its first read starts it)
+    since: float = 0.0  # when this level's window started (monotonic)
+    since_work: float = 0.0  # the work counter then
+    rates: dict[int, float] = field(default_factory=dict)  # level -> work rate over its window (tokens/s)
+    previous_level: int | None = None  # the level the last raise came from
+    knee_at: float | None = None  # when the search last settled (None: still climbing)
 
 
 @dataclass
@@ -72,13 +73,13 @@ class ReplicaState:
     open_requests: dict[int, tuple[float, int]] = field(default_factory=dict)
     last_answer_at: float | None = None
     report: ReplicaReport | None = None  # the latest /metrics read, if the server publishes one
-    limit: int | None = None  # adaptive concurrency limit; None: the starting limit (`routing.concurrency_limit`)
+    limit: int | None = None  # adaptive concurrency limit; None: the starting limit (`capacity.concurrency_limit`)
     capacity: CapacityProbe = field(default_factory=CapacityProbe)
     answered_tokens: int = 0  # tokens of cost answered here (the work rate of a server without metrics)
     # (monotonic time, in-flight count) after each change: what a lagging /metrics may still be showing.
     in_flight_history: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=4096))
     # Until the replica's own count has caught up with this process's requests, another process that
-    # started at the same moment may be filling it too: half the cap (see routing.concurrency_limit).
+    # started at the same moment may be filling it too: half the cap (see capacity.concurrency_limit).
     slow_start: bool = False
     prefixes: PrefixMemory = field(default_factory=PrefixMemory)  # prompt blocks sent here (cache-aware routing)
 

@@ -33,54 +33,28 @@ replica's own answers, or its peers' until it has enough) gets a duplicate on an
 nothing is queued (the tail of a run), or at once when its replica is stalled. The first valid
 answer wins; the pool cancels the other and bounds hedges by a budget.
 
-Concurrency limit (capacity found, not configured): a replica's useful concurrency is where adding
-requests stops adding throughput. Each `/metrics` read measures the replica's work rate (its
-generation-token counter, all clients together; a server without metrics: the tokens answered to this
-pool) at the current limit while the limit binds; the limit doubles while a raise still pays (at least
-`GAIN_MIN` more throughput than the level below), steps back to the level below once it does not
-(more requests would only wait longer in the batch), and re-probes upward every `REPROBE_S`. It
-backs off at once on the server's own signs of overload: more than a few requests queued at the server in two reads
-in a row (the limit goes to its running count plus those few: requests queued at a server cannot
-go to a replica that frees sooner), a preemption (vLLM recomputes a
-sequence it had no KV blocks for), or KV-cache use over `KV_HIGH` on the fullest engine. An
-operator's `max_in_flight` is a ceiling, never a target; without one the ceiling is `DEFAULT_CEILING`.
+Concurrency limits come from the capacity search (`capacity.py`): `concurrency_limit` is what a
+replica may hold, all processes together.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import replace
 from collections.abc import Callable, Collection, Sequence
 
-from .replica import CapacityProbe, ReplicaReport, ReplicaState
+from .capacity import concurrency_limit
+from .replica import ReplicaReport, ReplicaState
 
 # A replica this many times slower (per token) than the fastest healthy one is used only while the
 # queue is long (see `worth_it`).
 SLOW_FACTOR = 2.5
 # A report older than this says nothing about the replica's queue now.
 REPORT_STALE_S = 3.0
-# KV-cache use at which a replica starts preempting (vLLM recomputes or swaps sequences).
-KV_HIGH = 0.95
 # Answers needed before a latency percentile means anything.
 MIN_LATENCY_SAMPLES = 20
 # A replica is stalled once a request has been out this many hedge thresholds with no answer since.
 STALL_FACTOR = 3.0
-# Capacity search. The limit a replica starts at (below any ceiling), the ceiling when no
-# max_in_flight is configured (vLLM's largest usual --max-num-seqs is 1,024), the throughput gain
-# a raise must bring to count, the binding reads measured per level (after one read of transition),
-# the share of the limit in use for a read to say anything about it, and how often a replica
-# found at its knee is probed upward again (request mixes change).
-INITIAL_LIMIT = 16
-DEFAULT_CEILING = 1024
-GAIN_MIN = 0.05
-LEVEL_READS = 2
-BINDING_SHARE = 0.9
-REPROBE_S = 10.0
-BACKOFF = 0.9  # a preemption takes the limit to this share of the running count
-CLIMB_READ_S = 0.2  # /metrics reads this often (at most) while a replica's knee is still unknown
-QUEUE_MIN = 2  # requests a replica may keep queued at the server (see `queue_allowance`) ...
-QUEUE_HORIZON_S = 1.0  # ... or what it answers in this long, whichever is more
 # Cache-aware routing: the share of a prompt a replica must have been sent for affinity to decide
 # (below it the prefill saved is small against balance), and the load gap that makes the fleet
 # imbalanced (more than BALANCE_ABS requests, and BALANCE_REL times the least loaded): a replica
@@ -94,43 +68,7 @@ WAITER_LOOKAHEAD = 128
 WAITER_MAX_PASSED = 64
 
 
-def queue_allowance(report: ReplicaReport, previous: ReplicaReport | None) -> int:
-    """Requests a replica may keep queued at the server beyond what it runs: what it answers in
-    `QUEUE_HORIZON_S` (so a prefill-bound engine always has its next steps' prompts at hand, while a
-    slow replica never holds more than that much of the run's tail), at least `QUEUE_MIN`."""
-    if previous is None or report.at <= previous.at or report.completed <= previous.completed:
-        # Nothing answered between the reads: a burst of arrivals being admitted (an engine admits
-        # a few prompts per step), not a full batch; a replica that never answers is a stall.
-        return DEFAULT_CEILING
-    rate = (report.completed - previous.completed) / (report.at - previous.at)
-    return max(QUEUE_MIN, math.ceil(rate * QUEUE_HORIZON_S))
-
-
-def climbing(replica: ReplicaState) -> bool:
-    """The replica's knee is not known yet: its limit still doubles at every level that pays."""
-    return replica.capacity.knee_at is None and concurrency_limit(replica) < ceiling(replica)
-
-
 # ---- load ------------------------------------------------------------------------------------
-
-def ceiling(replica: ReplicaState) -> int:
-    """The most requests the replica may ever hold: the operator's max_in_flight, else DEFAULT_CEILING."""
-    return replica.config.max_in_flight or DEFAULT_CEILING
-
-
-def concurrency_limit(replica: ReplicaState) -> int:
-    """How many requests (all processes together) the replica may hold: the found limit (at first
-    `INITIAL_LIMIT`, under the ceiling), or half of it in slow start (processes starting together
-    each take half until the replica's reports show both)."""
-    limit = replica.limit if replica.limit is not None else min(ceiling(replica), INITIAL_LIMIT)
-    return max(1, limit // 2) if replica.slow_start else limit
-
-
-def ends_slow_start(report: ReplicaReport) -> bool:
-    """The replica counts every request this process had out when it was read: from now on its
-    reports show whoever else is using it."""
-    return report.local_in_flight > 0 and report.running + report.waiting >= report.local_in_flight
-
 
 def fresh(report: ReplicaReport | None, now: float) -> bool:
     return report is not None and now - report.at <= REPORT_STALE_S
@@ -149,74 +87,6 @@ def foreign_load(replica: ReplicaState, now: float) -> int:
 
 def has_room(replica: ReplicaState, now: float) -> bool:
     return replica.in_flight + foreign_load(replica, now) < concurrency_limit(replica)
-
-
-def work_rate(report: ReplicaReport, previous: ReplicaReport | None) -> float | None:
-    """Tokens per second the replica worked between two reads (None: no basis, or a restart)."""
-    if (previous is None or report.work_tokens is None or previous.work_tokens is None
-            or report.work_is_local != previous.work_is_local or report.at <= previous.at
-            or report.work_tokens < previous.work_tokens):
-        return None
-    return (report.work_tokens - previous.work_tokens) / (report.at - previous.at)
-
-
-def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: ReplicaReport | None,
-                  ) -> tuple[int, CapacityProbe]:
-    """The replica's concurrency limit after a new `/metrics` read, and what the capacity search
-    knows then (see the module docstring). Pure: the caller stores both."""
-    top = ceiling(replica)
-    current = min(top, replica.limit if replica.limit is not None else min(top, INITIAL_LIMIT))
-    probe = replica.capacity
-    now = report.at
-    # A queue at the server in two reads in a row: requests are waiting there that no other replica
-    # can take any more. Keep only a few queued there (enough to fill its next steps' token budget;
-    # requests arriving between two steps wait a moment), the rest in the pool, where whichever
-    # replica frees first takes them.
-    allowance = queue_allowance(report, previous)
-    queueing = (previous is not None and report.waiting > allowance and previous.waiting > allowance
-                and report.running >= 1)
-    preempted = (previous is not None and report.preemptions is not None and previous.preemptions is not None
-                 and report.preemptions > previous.preemptions)
-    if queueing:
-        return _settle(max(1, min(top, int(report.running) + allowance)), now)
-    if preempted:
-        return _settle(max(1, int(min(current, report.running) * BACKOFF)), now)
-    if report.kv_usage is not None and report.kv_usage >= KV_HIGH:
-        return _settle(max(1, current - max(1, current // 20)), now)
-    rate = work_rate(report, previous)
-    if rate is None or report.running + report.waiting < BINDING_SHARE * current:
-        return current, probe  # nothing learnt: the limit is not what holds the replica back now
-    # (Nothing answered yet: the burst allowance does not apply to raising, only the minimum does.)
-    if report.waiting > (QUEUE_MIN if allowance >= DEFAULT_CEILING else allowance):
-        # Requests already wait at the server (a burst still being admitted, or a prefill-bound
-        # engine): more would only queue there, where no other replica can take them.
-        return current, probe
-    if probe.level != current:
-        # The first binding read at a new level is a transition (the requests it added are still in
-        # prefill); while climbing it already counts, so that a short run is not over before the climb.
-        probe = replace(probe, level=current, reads=0, level_rate=0.0)
-        if probe.knee_at is not None:
-            return current, probe
-    reads = probe.reads + 1
-    probe = replace(probe, reads=reads, level_rate=probe.level_rate + (rate - probe.level_rate) / reads)
-    if reads < LEVEL_READS:
-        return current, probe
-    paid = probe.previous_rate is None or probe.level_rate >= probe.previous_rate * (1 + GAIN_MIN)
-    if not paid and probe.previous_level is not None:
-        # More requests only waited longer in the batch: back to the level below, and hold there.
-        return _settle(min(current, probe.previous_level), now)
-    if probe.knee_at is not None and now - probe.knee_at < REPROBE_S:
-        return current, probe  # at the knee: hold until the next probe
-    step = current if probe.knee_at is None else max(1, current // 8)  # climb fast, re-probe gently
-    raised = min(top, current + step)
-    if raised == current:
-        return current, replace(probe, knee_at=now)  # at the ceiling
-    return raised, CapacityProbe(previous_level=current, previous_rate=probe.level_rate, knee_at=probe.knee_at)
-
-
-def _settle(limit: int, now: float) -> tuple[int, CapacityProbe]:
-    """Hold at `limit`: the knee (or the server's own sign of overload) was found at `now`."""
-    return limit, CapacityProbe(knee_at=now)
 
 
 # ---- stalls and hedges -----------------------------------------------------------------------
@@ -272,12 +142,15 @@ def pick_replica(
     now: float = 0.0,
     stalled: Collection[str] = (),
     prefix: Sequence[int] = (),
+    wait_for_home: bool = False,
 ) -> ReplicaState | None:
     """The replica to send a request of `cost` estimated tokens to, or None to wait for a slot.
 
     `tried` holds the URLs this request already failed on; `waiting` is how many requests are
     queued for a slot; `stalled` the URLs of stalled replicas (see `is_stalled`), used only when no
-    other replica has a closed breaker; `prefix` the prompt's block hashes (`prefix.prefix_blocks`).
+    other replica has a closed breaker; `prefix` the prompt's block hashes (`prefix.prefix_blocks`);
+    `wait_for_home`: a request not queued yet, which waits for the replica its prompt was sent to
+    while others queue (`home_is_full`); a queued request takes the slot it was woken for.
     Calls `breaker.allow()` only on replicas with room, in order, as the pool always has (a
     half-open breaker's answer can depend on it)."""
     healthy_elsewhere = any(s.url not in stalled and s.breaker.state == "closed" for s in replicas)
@@ -299,6 +172,8 @@ def pick_replica(
     cached = cache_aware_choice(pool, prefix, now)
     if cached is not None:
         return cached
+    if wait_for_home and waiting and home_is_full(replicas, pool, prefix, tried, now):
+        return None  # the queued requests take the free slots; this one waits for its prefix's replica
 
     def load(s: ReplicaState) -> tuple[float, int, float]:
         foreign = foreign_load(s, now)
@@ -322,6 +197,23 @@ def cache_aware_choice(pool: Sequence[ReplicaState], prefix: Sequence[int], now:
     if mine - least > BALANCE_ABS and mine > BALANCE_REL * least:
         return None
     return best
+
+
+def home_is_full(replicas: Sequence[ReplicaState], pool: Sequence[ReplicaState], prefix: Sequence[int],
+                 tried: Collection[str], now: float) -> bool:
+    """Whether the replica that was sent most of this prompt (at least `CACHE_MATCH_MIN`) is merely
+    full: healthy, not tried by this request, and not imbalanced. Its prefix cache holds the prompt:
+    while other requests queue for the free slots elsewhere, a new request waits for a slot there
+    (`next_waiter` gives it the first one) rather than prefilling the prompt again on another replica."""
+    if not prefix or len(replicas) < 2:
+        return False
+    home = max(replicas, key=lambda s: s.prefixes.matched(prefix))
+    if (home in pool or home.url in tried or home.breaker.state != "closed"
+            or home.prefixes.matched(prefix) < CACHE_MATCH_MIN * len(prefix)):
+        return False
+    requests = [s.in_flight + foreign_load(s, now) for s in replicas]
+    mine, least = home.in_flight + foreign_load(home, now), min(requests)
+    return not (mine - least > BALANCE_ABS and mine > BALANCE_REL * least)
 
 
 def next_waiter(waiters: Sequence[tuple[Sequence[int], int]], freed: ReplicaState,

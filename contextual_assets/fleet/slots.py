@@ -13,7 +13,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from . import routing
+from . import capacity, routing
 from .config import FleetConfig
 from .replica import ReplicaState
 from .types import FleetRequest, FleetUnavailableError
@@ -55,7 +55,19 @@ class Slots:
         for waiter in self.queue:
             waiter.woken.set()
 
-    def _wake_one(self, freed: ReplicaState) -> None:
+    def offer_room(self) -> None:
+        """After a `/metrics` read (limits raised, other processes' requests gone): each free slot goes
+        to the waiter routing gives it to (`_wake_one`), as a slot freed by an answer does, so a rise
+        in the limits keeps prompts where their prefix is cached instead of handing the new room out
+        in queue order; waiters left over still retry within a second."""
+        now = time.monotonic()
+        for state in self.replicas:
+            room = capacity.concurrency_limit(state) - state.in_flight - routing.foreign_load(state, now)
+            for _ in range(max(0, min(room, len(self.queue)))):
+                if not self._wake_one(state):
+                    return  # every waiter is woken already
+
+    def _wake_one(self, freed: ReplicaState) -> bool:
         """A slot freed on `freed`: wake the waiter routing gives it to (among those not woken yet)."""
         candidates: list[Waiter] = []
         for waiter in self.queue:
@@ -65,10 +77,11 @@ class Slots:
                     break
         index = routing.next_waiter([(w.prefix, w.passed) for w in candidates], freed, self.replicas)
         if index is None:
-            return
+            return False
         for waiter in candidates[:index]:
             waiter.passed += 1
         candidates[index].woken.set()
+        return True
 
     def _wake_any(self) -> None:
         """Hand a wake-up a waiter did not use (it left the queue) to the oldest waiter not woken."""
@@ -103,9 +116,10 @@ class Slots:
         hashing would be pure cost on the request path)."""
         return request.prefix if len(self.replicas) > 1 else ()
 
-    def _pick(self, tried: set[str], cost: int, prefix: tuple[int, ...], others_waiting: int) -> ReplicaState | None:
+    def _pick(self, tried: set[str], cost: int, prefix: tuple[int, ...], others_waiting: int,
+              wait_for_home: bool = False) -> ReplicaState | None:
         return routing.pick_replica(self.replicas, tried, cost, others_waiting, now=time.monotonic(),
-                                    stalled=self.stalled, prefix=prefix)
+                                    stalled=self.stalled, prefix=prefix, wait_for_home=wait_for_home)
 
     def _take(self, state: ReplicaState, cost: int, prefix: tuple[int, ...]) -> ReplicaState:
         state.in_flight += 1
@@ -137,7 +151,7 @@ class Slots:
         waiter: Waiter | None = None  # its place in the queue, kept across wake-ups
         try:
             while True:
-                state = self._pick(tried, cost, prefix, self.waiting - (waiter is not None))
+                state = self._pick(tried, cost, prefix, self.waiting - (waiter is not None), wait_for_home=waiter is None)
                 if state is not None:
                     if waiter is not None:
                         waiter.woken.clear()  # its wake-up is used

@@ -10,6 +10,9 @@ import statistics
 import pytest
 
 from bench import ingest
+from bench.ingest_workloads import SHARED_FLEET_DOCUMENTS_PER_PROCESS, WORKLOAD_OPTIONS
+from bench.oracle_floor import oracle_floor
+from bench.sim import ReplicaSpec
 
 
 def chunk_counts(paths) -> list[int]:
@@ -122,7 +125,7 @@ def test_oracle_floor_of_a_corpus_respects_arrivals(tmp_path):
 
 
 def test_shared_fleet_two_processes_on_one_fleet(tmp_path):
-    paths = ingest.build_shared_fleet(tmp_path / "corpus", documents=6)
+    paths = ingest.build_shared_fleet(tmp_path / "corpus", documents=6, paragraphs=2)  # a few chunks each
     expected = sum(chunk_counts(paths))
     result = ingest.run_shared_fleet(tmp_path, 0.5, paths, expected)
     assert (result["documents"], result["chunks"]) == (6, expected)
@@ -133,3 +136,87 @@ def test_shared_fleet_two_processes_on_one_fleet(tmp_path):
     assert sum(result["replica_share"]) == pytest.approx(1, abs=1e-3)
     assert len(result["peak_open_requests"]) == 4 and result["cap"] is None  # no ceiling configured
     assert result["peak_over_cap"] is None
+
+
+def test_shared_fleet_gives_each_process_30_s_of_fleet_work(tmp_path):
+    """The default corpus: every process's part is >= 30 s of model-floor work on the shared fleet at
+    time scale 1 (~2 s before: too little for the shares to settle). Estimated from every 4th
+    document of a part (the documents are drawn alike and the floor's sums grow with the corpus; the
+    full part a: 33.0 s)."""
+    paths = ingest.build_shared_fleet(tmp_path)
+    parts = ingest.corpus_halves(paths)
+    assert len(parts) == ingest.OPTIONS.processes == 2
+    for part in parts:
+        mine = sorted(p for p in paths if p.parent == part)
+        assert len(mine) == SHARED_FLEET_DOCUMENTS_PER_PROCESS
+        sample = mine[::4]
+        docs, counter, settings = ingest.corpus_chunks(sample)
+        floor = ingest.model_floor(docs, counter, settings, 1.0, ingest.workload_speeds("shared-fleet"))
+        assert floor["model_floor_s"] * len(mine) / len(sample) >= 30.0
+
+
+def test_fleet_work_per_process_splits_the_corpus_by_folder(tmp_path):
+    paths = ingest.build_shared_fleet(tmp_path, documents=4, paragraphs=6)
+    docs, counter, settings = ingest.corpus_chunks(paths)
+    speeds = ingest.workload_speeds("shared-fleet")
+    parts = ingest.fleet_work_per_process(docs, counter, settings, 1.0, speeds)
+    whole = ingest.model_floor(docs, counter, settings, 1.0, speeds)["model_floor_s"]
+    assert len(parts) == 2 and all(p > 0 for p in parts)
+    assert sum(parts) == pytest.approx(whole, rel=0.05)  # the parts share no prefix
+
+
+def test_two_engine_replicas_have_the_floor_of_twice_as_many_single_engine_ones(tmp_path, monkeypatch):
+    paths = ingest.build_stream(tmp_path, documents=6)
+    docs, counter, settings = ingest.corpus_chunks(paths)
+    monkeypatch.setattr(ingest, "OPTIONS", ingest.BenchOptions(engines=2))
+    two = ingest.model_floor(docs, counter, settings, 1.0, ingest.SPEEDS)
+    monkeypatch.setattr(ingest, "OPTIONS", ingest.BenchOptions(engines=1))
+    single = ingest.model_floor(docs, counter, settings, 1.0, tuple(s for s in ingest.SPEEDS for _ in range(2)))
+    one = ingest.model_floor(docs, counter, settings, 1.0, ingest.SPEEDS)
+    assert two == single
+    assert two["model_floor_s"] == pytest.approx(one["model_floor_s"] / 2, abs=2e-3)  # twice the capacity
+
+
+def test_kv_stress_prompts_overflow_the_kv_pool_and_preempt(tmp_path, monkeypatch):
+    """kv-stress's header prompts: 256 of them need far more KV than its replicas hold, and one engine
+    given a small sample at once preempts; the same requests on the default A100 pool do not. The
+    workload's spec is the one the simulator, the model floor and the oracle floor all get."""
+    options = ingest.BenchOptions(**WORKLOAD_OPTIONS["kv-stress"])
+    monkeypatch.setattr(ingest, "OPTIONS", options)
+    assert ingest.WORKLOADS["kv-stress"] is ingest.build_kv_stress
+    spec = options.sim_spec()
+    assert spec.kv_cache_tokens == WORKLOAD_OPTIONS["kv-stress"]["kv_cache_tokens"] < ReplicaSpec().max_model_len
+    docs, counter, settings = ingest.corpus_chunks(ingest.build_kv_stress(tmp_path, documents=2))
+    assert settings.context_tokens == WORKLOAD_OPTIONS["kv-stress"]["context_tokens"]
+    bodies, documents = ingest.corpus_bodies(docs, counter, settings)
+    floor = ingest.model_floor(docs, counter, settings, 1.0)
+    mean_prompt = floor["model_prompt_tokens"] / floor["model_requests"]
+    assert mean_prompt > 3000 and 256 * mean_prompt > 10 * spec.kv_cache_tokens
+    one_engine = oracle_floor(bodies, [1.0], 1.0, spec, documents=documents, policies=["documents"], rounds=1)
+    assert one_engine["oracle_rejected"] == 0 and one_engine["oracle_preemptions"] > 0
+    a100 = oracle_floor(bodies, [1.0], 1.0, ReplicaSpec(), documents=documents, policies=["documents"], rounds=1)
+    assert a100["oracle_preemptions"] == 0
+    assert ingest.fleet_settings(type("Sim", (), {"base_urls": ["http://x"]})())["CTX_CONTEXT_TOKENS"] == "4000"
+
+
+class FakeSim:
+    """A fleet whose `stats()` is given (what `SimFleet.stats` reads from the simulator's process)."""
+
+    def __init__(self, stats: list[dict]):
+        self._stats = stats
+
+    def stats(self) -> list[dict]:
+        return self._stats
+
+
+def test_fleet_figures_record_the_simulators_lag_and_the_mode_is_marked():
+    from bench.sim_validity import with_sim_validity
+
+    # Replica 1's engine was busy 0.3 s of wall beyond its 4 simulated seconds at time scale 2.
+    stats = [{"completed": 10, "busy_s": 4.0, "busy_wall_s": 8.0 + lag, "prompt_tokens": 100, "base_url": f"u{i}",
+              "max_lag_s": lag, "reanchors": i} for i, lag in enumerate((0.01, 0.3, 0.02, 0.0))]
+    figures = ingest.fleet_figures(FakeSim(stats), timeline_of(0.0, {}), ingest.SPEEDS, time_scale=2.0)
+    assert figures["sim_max_lag_s"] == 0.3 and figures["sim_reanchors"] == 6 and figures["sim_lost_s"] == 0.3
+    assert figures["work_share_error"] is not None
+    assert with_sim_validity({"wall_s": 10.0, **figures})["sim_valid"] is False  # 0.3 s > max(0.05, 0.2)
+    assert with_sim_validity({"wall_s": 20.0, **figures})["sim_valid"] is True  # 0.3 s <= 2 % of 20 s

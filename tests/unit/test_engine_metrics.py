@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from contextual_assets.fleet import routing
+from contextual_assets.fleet import capacity
 from contextual_assets.fleet.breaker import CircuitBreaker
 from contextual_assets.fleet.config import ReplicaConfig
-from contextual_assets.fleet.engine_metrics import read_engine_metrics, read_metric_values
+from contextual_assets.fleet.engine_metrics import (
+    read_engine_metrics,
+    read_metric_values,
+)
 from contextual_assets.fleet.replica import ReplicaReport, ReplicaState
 
 TEXTS = Path(__file__).parent / "metrics_texts"
@@ -83,8 +86,8 @@ def test_a_llama_server_with_deferred_requests_backs_off_like_a_queueing_vllm():
                                local_in_flight=6, local_counted=6, engine=metrics.engine, completed=completed,
                                work_tokens=metrics.generation_tokens) for at, completed in ((1.0, 0), (1.5, 1))]
         # Two reads in a row with requests waiting at the server: the limit is what it runs, plus a short queue.
-        limits[name] = routing.adapted_limit(state(), reads[1], reads[0])[0]
-    assert limits == {"llama_cpp": 4 + routing.QUEUE_MIN, "vllm": 21 + routing.QUEUE_MIN}
+        limits[name] = capacity.adapted_limit(state(), reads[1], reads[0])[0]
+    assert limits == {"llama_cpp": 4 + capacity.QUEUE_MIN, "vllm": 21 + capacity.QUEUE_MIN}
 
 
 def test_a_llama_server_context_length_is_its_slot_context():

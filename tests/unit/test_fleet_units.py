@@ -287,7 +287,7 @@ def test_engine_metrics_of_a_data_parallel_replica_are_read_per_engine():
     assert (metrics.preemptions, metrics.generation_tokens) == (4.0, 1200.0)
     assert read_metric_values(text)["kv_usage"] == 0.5
     # The KV cut is not tripped by it.
-    from contextual_assets.fleet import routing
+    from contextual_assets.fleet import capacity
     from contextual_assets.fleet.breaker import CircuitBreaker
     from contextual_assets.fleet.config import ReplicaConfig
     from contextual_assets.fleet.replica import ReplicaReport, ReplicaState
@@ -297,7 +297,7 @@ def test_engine_metrics_of_a_data_parallel_replica_are_read_per_engine():
     state.limit = 80
     read = ReplicaReport(at=1.0, running=metrics.running, waiting=metrics.waiting, kv_usage=metrics.kv_usage,
                          local_in_flight=0)
-    assert routing.adapted_limit(state, read, None)[0] == 80
+    assert capacity.adapted_limit(state, read, None)[0] == 80
     # A server that publishes no known engine's gauges has no engine metrics.
     assert read_engine_metrics("# TYPE other gauge\nother 1.0\n") is None
 

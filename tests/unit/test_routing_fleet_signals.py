@@ -3,13 +3,14 @@ pure functions over hand-built replica states with an explicit `now`, no server 
 
 from __future__ import annotations
 
-from contextual_assets.fleet import routing
+import math
+
+from contextual_assets.fleet import capacity, routing
 from contextual_assets.fleet.breaker import CircuitBreaker
+from contextual_assets.fleet.capacity import adapted_limit, concurrency_limit
 from contextual_assets.fleet.config import ReplicaConfig
 from contextual_assets.fleet.replica import ReplicaReport, ReplicaState
 from contextual_assets.fleet.routing import (
-    adapted_limit,
-    concurrency_limit,
     foreign_load,
     has_room,
     hedge_budget,
@@ -69,9 +70,9 @@ def test_a_replica_busy_with_another_process_gets_nothing_while_an_idle_one_has_
 # ---- adaptive concurrency: capacity found, not configured ------------------------------------------
 
 def report(running: float, waiting: float = 0.0, local: int = 0, at: float = NOW, kv: float | None = None,
-           work: float | None = None, preemptions: float | None = None):
+           work: float | None = None, preemptions: float | None = None, local_work: bool = False):
     return ReplicaReport(at=at, running=running, waiting=waiting, kv_usage=kv, local_in_flight=local,
-                         preemptions=preemptions, work_tokens=work)
+                         preemptions=preemptions, work_tokens=work, work_is_local=local_work)
 
 
 def replica_with_cap(cap: int | None, limit: int | None = None) -> ReplicaState:
@@ -82,16 +83,17 @@ def replica_with_cap(cap: int | None, limit: int | None = None) -> ReplicaState:
 
 
 def drive(state: ReplicaState, throughput, reads: int, *, start: float = NOW, interval: float = 0.5,
-          work: float = 0.0, occupancy: float = 1.0) -> list[int]:
+          work: float = 0.0, occupancy: float = 1.0, local_work: bool = False) -> list[int]:
     """Feed `reads` /metrics reads of a replica whose work rate at concurrency c is `throughput(c)` and
-    that runs `occupancy` x the limit; the limits after each read."""
+    that runs `occupancy` x the limit; the limits after each read. `local_work`: a server without
+    engine gauges (its work is what this pool had answered)."""
     previous, limits = None, []
     for i in range(reads):
-        limit = routing.concurrency_limit(state)
+        limit = capacity.concurrency_limit(state)
         if previous is not None:
             work += throughput(limit) * interval
         now = start + i * interval
-        read = report(occupancy * limit, 0, at=now, work=work)
+        read = report(occupancy * limit, 0, at=now, work=work, local_work=local_work)
         state.limit, state.capacity = adapted_limit(state, read, previous)
         previous = read
         limits.append(state.limit)
@@ -105,34 +107,95 @@ def knee_curve(c: float) -> float:
 
 def test_without_a_ceiling_the_limit_climbs_past_the_old_default_while_throughput_grows():
     state = replica_with_cap(None)
-    assert routing.concurrency_limit(state) == routing.INITIAL_LIMIT  # where it starts
+    assert capacity.concurrency_limit(state) == capacity.INITIAL_LIMIT  # where it starts
     limits = drive(state, knee_curve, 40)
     # 16 -> 32 -> 64 -> 128 pays at least 5 % each time; 128 -> 256 adds 19 %: still worth it ...
     assert max(limits) > 64
     # ... and the limit ends at a level where doubling stopped paying, not at the ceiling.
-    assert limits[-1] < routing.DEFAULT_CEILING
-    assert knee_curve(2 * limits[-1]) < knee_curve(limits[-1]) * (1 + routing.GAIN_MIN) or limits[-1] * 2 > max(limits)
+    assert limits[-1] < capacity.DEFAULT_CEILING
+    assert knee_curve(2 * limits[-1]) < knee_curve(limits[-1]) * (1 + capacity.GAIN_MIN) or limits[-1] * 2 > max(limits)
 
 
 def test_a_plateau_steps_back_to_the_level_below():
+    # A server without engine gauges: whether a level pays is all there is to go on.
     state = replica_with_cap(None)
     flat = lambda c: min(c, 40) * 100.0  # throughput stops growing at 40 in flight
-    limits = drive(state, flat, 20)  # 10 s: less than REPROBE_S after the knee
+    limits = drive(state, flat, 20, local_work=True)  # 10 s: less than REPROBE_S after the knee
     assert 128 in limits  # 32 -> 64 paid (3,200 -> 4,000 tokens/s); it tried 128 ...
     assert limits[-1] == 64  # ... which added nothing, so it went back to 64 and holds there
     # The next probe (an eighth more) does not pay either: back to 64.
-    later = drive(state, flat, 20, start=NOW + 10, work=1e9)
+    later = drive(state, flat, 20, start=NOW + 10, work=1e9, local_work=True)
     assert 72 in later and later[-1] == 64
+
+
+def test_a_replica_running_all_it_holds_climbs_a_doubling_a_read_then_each_level_must_pay():
+    """vLLM's own gauges say it runs every request it holds: below FAST_CLIMB_MAX the climb does not
+    wait for a level's throughput to settle (one doubling per read, 16 -> 256 in five reads); above
+    it, a level must pay over a settled window, or the limit steps back."""
+    state = replica_with_cap(None)
+    flat = lambda c: min(c, 40) * 100.0
+    limits = drive(state, flat, 30)
+    assert limits[:5] == [16, 32, 64, 128, 256]  # the first read has no rate to go on
+    assert 2 * capacity.FAST_CLIMB_MAX in limits  # it tried above the fast climb ...
+    assert limits[-1] == capacity.FAST_CLIMB_MAX  # ... where nothing paid: back, and it holds there
+    # Under an operator's ceiling the climb stops at the ceiling.
+    capped = replica_with_cap(100)
+    assert drive(capped, flat, 6)[-1] == 100
+
+
+def test_a_climb_raises_by_at_most_twice_what_the_server_admitted_since_the_last_read():
+    """A prefill-bound engine admits a few prompts a step: a doubling would sit in its queue for many
+    steps, where no other replica can take it. The server may keep what it admits by the next read."""
+    state = replica_with_cap(None, limit=64)
+    before = report(50, 14, at=NOW - 0.1, work=0.0)
+    now = report(53, 5, work=10.0)  # three more running since the last read, 5 still queued
+    assert adapted_limit(state, now, before)[0] == 64 + 6
+    # More queued than it admitted since the last read: hold.
+    assert adapted_limit(state, report(53, 20, work=10.0), before)[0] == 64
+    # A queue that stays while the batch does not grow is the engine at its own cap: the limit goes to
+    # what it runs plus a short queue.
+    at_cap = report(53, 40, work=10.0)
+    at_cap.completed = 2  # 4 answers a second: it may keep 4 queued
+    assert adapted_limit(state, at_cap, report(53, 40, at=NOW - 0.5))[0] == 53 + 4
+
+
+def test_identical_replicas_find_the_same_limit_through_noisy_lagging_gauges():
+    """Two engines per replica (gauges summed over them), read 0.5 s late, with a noisy work counter:
+    identical replicas end within a factor of 2 of each other whatever the noise."""
+    import random
+
+    def engine_pair(seed: int) -> list[int]:
+        rng = random.Random(seed)
+        state = replica_with_cap(None)
+        history: list[int] = []  # the limit at each read, for the lagging gauge
+        previous, work, limits = None, 0.0, []
+        for i in range(60):
+            limit = capacity.concurrency_limit(state)
+            history.append(limit)
+            seen = history[max(0, i - 1)]  # a gauge 0.5 s (one read) old
+            running = min(seen, 2 * 128)  # two engines of 128 sequences each
+            waiting = max(0, seen - running)
+            work += knee_curve(min(limit, 256)) * 0.5 * rng.uniform(0.8, 1.2)
+            read = report(running, waiting, at=NOW + 0.5 * i, work=work)
+            read.completed = 20 * i
+            state.limit, state.capacity = adapted_limit(state, read, previous)
+            previous = read
+            limits.append(state.limit)
+        return limits
+
+    finals = [engine_pair(seed)[-1] for seed in range(8)]
+    assert max(finals) <= 2 * min(finals), finals
+    assert all(f <= 1.5 * 256 for f in finals), finals  # never far past what it runs
 
 
 def test_the_operator_ceiling_is_a_ceiling_never_a_target():
     state = replica_with_cap(24)
-    assert routing.concurrency_limit(state) == 16  # starts below the ceiling, not at it
+    assert capacity.concurrency_limit(state) == 16  # starts below the ceiling, not at it
     limits = drive(state, knee_curve, 20)
     assert max(limits) == 24
-    # A server whose throughput never grows keeps a low limit although the ceiling is 24.
+    # A server without engine gauges whose throughput never grows keeps a low limit although the ceiling is 24.
     flat = replica_with_cap(24)
-    assert drive(flat, lambda c: 1000.0, 20)[-1] == 16
+    assert drive(flat, lambda c: 1000.0, 20, local_work=True)[-1] == 16
 
 
 def test_the_limit_does_not_grow_while_it_does_not_bind():
@@ -149,13 +212,20 @@ def test_limit_drops_to_the_running_count_when_the_replica_keeps_queueing():
     # Two in a row while it answers (1 in 0.5 s): the batch is full at 40; a few may stay queued there.
     later = report(40, 3)
     later.completed = 1
-    assert adapted_limit(state, later, first)[0] == 40 + routing.QUEUE_MIN
-    # A replica answering 20 requests a second may keep a second's worth queued: it is prefill-bound
-    # and needs its next prompts at hand, and 20 queued there are a second of the run's tail at most.
-    before, now = report(40, 30, at=NOW - 0.5), report(44, 30)
+    assert adapted_limit(state, later, first)[0] == 40 + capacity.QUEUE_MIN
+    # A replica answering 20 requests a second may keep a second's worth queued (it is prefill-bound
+    # and needs its next prompts at hand), but never more than QUEUE_SHARE of what it runs: what all
+    # clients hold stays within 1.2x of what it runs.
+    before, now = report(100, 30, at=NOW - 0.5), report(100, 30)
     before.completed, now.completed = 100, 110
-    assert routing.queue_allowance(now, before) == 20
-    assert adapted_limit(state, now, before)[0] == 44 + 20
+    assert capacity.queue_allowance(now, before) == 20
+    assert adapted_limit(state, now, before)[0] == 100 + 20
+    before.running, small = 44, report(44, 30)
+    small.completed = 110
+    assert capacity.queue_allowance(small, before) == math.ceil(capacity.QUEUE_SHARE * 44)
+    assert adapted_limit(state, small, before)[0] == 44 + math.ceil(capacity.QUEUE_SHARE * 44)
+    # A queue that shrinks while the batch grows is a burst being admitted: no cut.
+    assert adapted_limit(state, report(48, 26), before)[0] == 64
     # A queue within the allowance (requests arriving between two engine steps) is no cut.
     within = report(40, 2)
     within.completed = 1
@@ -165,7 +235,7 @@ def test_limit_drops_to_the_running_count_when_the_replica_keeps_queueing():
 def test_a_preemption_backs_off_below_the_running_count():
     state = replica_with_cap(None, limit=200)
     limit, probe = adapted_limit(state, report(180, 0, preemptions=3), report(170, 0, preemptions=2))
-    assert limit == int(180 * routing.BACKOFF)
+    assert limit == int(180 * capacity.BACKOFF)
     assert probe.knee_at == NOW  # and holds there until the next probe
     # A counter that did not move is no preemption.
     assert adapted_limit(state, report(180, 0, preemptions=3), report(170, 0, preemptions=3))[0] == 200
@@ -181,10 +251,10 @@ def test_kv_cache_pressure_takes_the_limit_down():
 def test_a_found_knee_is_probed_again_later():
     state = replica_with_cap(None)
     flat = lambda c: min(c, 40) * 100.0
-    drive(state, flat, 20)
+    drive(state, flat, 20, local_work=True)
     assert state.limit == 64
     more = lambda c: c * 100.0  # the mix changed: more requests pay again
-    later = drive(state, more, 60, start=NOW + 15 + 20 * 0.5, work=1e9)
+    later = drive(state, more, 60, start=NOW + 15 + 20 * 0.5, work=1e9, local_work=True)
     assert max(later) > 64
 
 
@@ -243,7 +313,7 @@ def test_routing_avoids_a_stalled_replica_unless_it_is_the_only_healthy_one():
 
 
 def test_slow_start_takes_half_the_cap_until_the_replica_has_counted_our_requests():
-    from contextual_assets.fleet.routing import ends_slow_start
+    from contextual_assets.fleet.capacity import ends_slow_start
 
     state = replica("a", cap=16)
     state.slow_start = True

@@ -206,3 +206,45 @@ def test_a_single_replica_fleet_hashes_no_prompts():
 
     state = run_on_own_loop(scenario)
     assert name(state) == "only" and len(state.prefixes) == 0
+
+
+def test_a_new_request_waits_for_its_sections_full_replica_while_others_queue_for_the_free_slots():
+    held = prefix_blocks(prompt(SECTION_A, "earlier chunk"))
+    blocks = prefix_blocks(prompt(SECTION_A, "next chunk"))
+    a, b = replica("a", cap=8, in_flight=8), replica("b", cap=8, in_flight=6)  # a, which holds A, is full
+    a.prefixes.remember(held)
+
+    def choose(waiting: int, wait_for_home: bool) -> str | None:
+        return name(pick_replica([a, b], set(), 100, waiting, rand=lambda: 0.5, prefix=blocks,
+                                 wait_for_home=wait_for_home))
+
+    assert choose(waiting=3, wait_for_home=True) is None  # queued requests take b's slots; this one waits for a
+    assert choose(waiting=0, wait_for_home=True) == "b"  # nobody else would use b's room: no slot goes unused
+    assert choose(waiting=3, wait_for_home=False) == "b"  # a queued request takes the slot it was woken for
+    # A home far more loaded than the rest, or one that is failing, is not waited for.
+    a.in_flight, b.in_flight, b.limit, a.limit = 40, 2, 64, 40
+    assert choose(waiting=3, wait_for_home=True) == "b"
+    a.in_flight, b.in_flight, a.limit, b.limit = 8, 6, 8, 8
+    a.breaker.record_failure()
+    assert choose(waiting=3, wait_for_home=True) == "b"
+
+
+def test_room_opened_by_a_metrics_read_goes_to_the_waiters_each_replica_holds_not_in_queue_order():
+    """Four waiters, two per section, oldest first A, A, B, B; the limits rise by one slot on each
+    replica (a holds A, b holds B): the waiters woken are one of A's for a and one of B's for b, never
+    the two oldest (both A's), which would send one A prompt to b, where its prefix is not cached."""
+    from contextual_assets.fleet.slots import Waiter
+
+    async def scenario() -> list[int]:
+        a, b = replica("a", cap=1, in_flight=1), replica("b", cap=1, in_flight=1)
+        a.prefixes.remember(prefix_blocks(prompt(SECTION_A, "sent")))
+        b.prefixes.remember(prefix_blocks(prompt(SECTION_B, "sent")))
+        slots = Slots(FleetConfig(replicas=[a.config, b.config], metrics_interval_s=0), [a, b])
+        queue = [Waiter(prefix_blocks(prompt(s, f"chunk {i}"))) for i, s in enumerate((SECTION_A, SECTION_A,
+                                                                                          SECTION_B, SECTION_B))]
+        slots.queue.extend(queue)
+        a.limit = b.limit = 2  # a read raised both limits by one
+        slots.offer_room()
+        return [i for i, w in enumerate(queue) if w.woken.is_set()]
+
+    assert run_on_own_loop(scenario) == [0, 2]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from contextual_assets.fleet.metrics_timeline import MetricsSampler, MetricsTimeline
-from contextual_assets.fleet.routing import concurrency_limit
+from contextual_assets.fleet.capacity import concurrency_limit
 from contextual_assets.headers.openai_source import OpenAIHeaderSource
 from contextual_assets.headers.run_stats import HeaderRunStats
 from contextual_assets.ingest.pipeline import DocumentJob, StageEvent, mean_header_words
