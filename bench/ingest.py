@@ -401,10 +401,13 @@ def run_floor(workdir: Path, time_scale: float, docs, counter, settings, speeds:
         source = header_source(fleet, counter)
         requests = corpus_requests(docs, counter, settings, source, fleet.context_limit)
         sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.process_time()
         results = fleet.run(requests)
         wall = time.monotonic() - started
         timeline = sampler.stop()
+        # This process's CPU is the client's (the simulator runs in its own), less the bench's sampler.
+        client_cpu = time.process_time() - cpu - sampler.thread_cpu_s
+        found = pool_limits(fleet)
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             raise SystemExit(f"floor: {len(failed)} requests failed: {failed[0]}")
@@ -413,7 +416,17 @@ def run_floor(workdir: Path, time_scale: float, docs, counter, settings, speeds:
         fleet.close()
         sim.stop()
     figures.pop("timeline")
-    return {"wall_s": round(wall, 2), **figures}
+    return {"wall_s": round(wall, 2), "client_cpu_ms_per_request": round(client_cpu * 1000 / max(1, len(requests)), 3),
+            **found, **figures}
+
+
+def pool_limits(fleet) -> dict:
+    """The concurrency each replica's capacity search settled at (`limit_found`) and the most requests
+    the pool had on it (`peak_in_flight`): what the client's CPU per request was measured at."""
+    from contextual_assets.fleet.capacity import concurrency_limit
+
+    return {"limit_found": [concurrency_limit(s) for s in fleet.replicas],
+            "peak_in_flight": [s.peak_in_flight for s in fleet.replicas]}
 
 
 def client_cpu_figure() -> float | None:
@@ -1163,6 +1176,10 @@ def summarize(rounds: list[dict]) -> dict:
         "planned_events_per_run_max": median("platform", "planned_events_per_run_max"),
         "cpu_ms_per_event": median("platform", "cpu_ms_per_event"),
         "oracle_floor_s": next((r[m]["oracle_floor_s"] for r in rounds for m in r if "oracle_floor_s" in r[m]), None),
+        # The pool alone: the client's CPU per request at the limits it found, its preemptions.
+        "floor_client_cpu_ms_per_request": median("floor", "client_cpu_ms_per_request"),
+        "floor_preemptions": median("floor", "preemptions"),
+        "floor_limits_found": [r["floor"].get("limit_found") for r in rounds if "floor" in r],
     }
     summary["model_floor_s"] = next((r[m]["model_floor_s"] for r in rounds for m in r if "model_floor_s" in r[m]),
                                     None)
