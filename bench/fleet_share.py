@@ -14,6 +14,7 @@ bench/sim_validity.py).
 from __future__ import annotations
 
 import argparse
+import statistics
 import dataclasses
 import sys
 import time
@@ -149,12 +150,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-scale", type=float, default=1.5)
     parser.add_argument("--cap", type=int, default=None,
                         help="max_in_flight per replica (default: none; the pool finds each replica's limit)")
+    parser.add_argument("--runs", type=int, default=1, help="rounds, each on a cold fleet; medians are reported")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    result = measure(args.requests, args.prompt_words, args.time_scale, cap=args.cap)
-    print_result(result)
-    write_json(args.json, result)
+    rounds = []
+    for _ in range(args.runs):
+        rounds.append(measure(args.requests, args.prompt_words, args.time_scale, cap=args.cap))
+        print_result(rounds[-1])
+    write_json(args.json, rounds[0] if args.runs == 1 else {**medians(rounds), "rounds": rounds})
     return 0
+
+
+def medians(rounds: list[dict]) -> dict:
+    """The median of each headline figure over the rounds (the floors are the same in every round)."""
+    keys = ("wall_s", "wall_over_oracle", "wall_over_model_floor", "max_relative_error", "work_share_error")
+    out = {k: round(statistics.median(r[k] for r in rounds if r.get(k) is not None), 3) for k in keys}
+    out["limits_found"] = [[row.get("limit") for row in r["replicas"]] for r in rounds]
+    out["invalid_rounds"] = [i for i, r in enumerate(rounds) if r.get("sim_valid") is False]
+    print(f"median of {len(rounds)}: " + ", ".join(f"{k} {v}" for k, v in out.items() if k in keys))
+    return {"model_floor_s": rounds[0].get("model_floor_s"), "oracle_floor_s": rounds[0].get("oracle_floor_s"), **out}
 
 
 if __name__ == "__main__":

@@ -310,8 +310,9 @@ def header_fleet(base_urls: list[str]):
     from contextual_assets.fleet.discovery import ModelDiscovery
     from contextual_assets.fleet.pool import HeaderFleet
 
-    return HeaderFleet(FleetConfig(replicas=[ReplicaConfig(base_url=u, max_in_flight=OPTIONS.cap) for u in base_urls]),
-                       discovery=ModelDiscovery())
+    # The gauges' lag is the simulator's, as a user behind a caching exporter configures it.
+    return HeaderFleet(FleetConfig(replicas=[ReplicaConfig(base_url=u, max_in_flight=OPTIONS.cap) for u in base_urls],
+                                   metrics_lag_s=OPTIONS.metrics_lag_s), discovery=ModelDiscovery())
 
 
 def header_source(fleet, counter, store=None):

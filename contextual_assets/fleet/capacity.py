@@ -8,7 +8,7 @@ Concurrency limit (capacity found, not configured): a replica's useful concurren
 runs, plus the few prompts it admits by the next read, and no more than what still adds throughput.
 The signals are the engine's own, read from `/metrics` every `CLIMB_READ_S` while climbing:
 - Climb: while the limit binds (the replica holds about as many requests as it allows) and the engine
-  runs what it holds, the limit doubles at each read up to `FAST_CLIMB_MAX`. A batching engine's
+  runs what it holds, the limit doubles at each read up to `FAST_CLIMB_MAX` per engine. A batching engine's
   throughput does not fall as its batch grows until its own signals below say so, and reading a few
   percent of gain off a counter that moves one engine step at a time settled identical replicas at 32,
   64 or 128 at random. An engine with a queue (prefill-bound: it admits a few prompts a step) gets at
@@ -34,35 +34,42 @@ from dataclasses import replace
 
 from .replica import CapacityProbe, ReplicaReport, ReplicaState
 
-# KV-cache use at which a replica starts preempting (vLLM recomputes or swaps sequences).
-KV_HIGH = 0.95
-# Capacity search. The limit a replica starts at (below any ceiling), the ceiling when no
-# max_in_flight is configured (vLLM's largest usual --max-num-seqs is 1,024), the throughput gain
-# a raise must bring to count, the binding reads measured per level (after one read of transition),
-# the share of the limit in use for a read to say anything about it, and how often a replica
-# found at its knee is probed upward again (request mixes change).
+# The limit a replica starts at (below any ceiling), and the ceiling when no max_in_flight is
+# configured (vLLM's largest usual --max-num-seqs is 1,024).
 INITIAL_LIMIT = 16
 DEFAULT_CEILING = 1024
+# The climb: a replica whose own gauges show it running what it holds doubles each read up to
+# FAST_CLIMB_MAX per engine (vLLM's default --max-num-seqs below H100-class GPUs; a data-parallel
+# replica has that many per engine), reading this often; a read says something about the limit only
+# while this share of it is in use.
+FAST_CLIMB_MAX = 256
+CLIMB_READ_S = 0.1
+BINDING_SHARE = 0.9
+# Above FAST_CLIMB_MAX (or without engine gauges) a level must bring this much more throughput than
+# the level below, measured over at least LEVEL_READS binding reads and LEVEL_WINDOW_S (after one read
+# of transition); a replica found at its knee is probed upward again this often (request mixes change).
 GAIN_MIN = 0.05
 LEVEL_READS = 2
-LEVEL_WINDOW_S = 1.0  # ... and the least time a level's window spans before its rate is compared
-# A replica whose own gauges show it running every request it holds climbs on those signals alone up
-# to this many (vLLM's default --max-num-seqs below H100-class GPUs); above it each level must pay.
-FAST_CLIMB_MAX = 256
-BINDING_SHARE = 0.9
+LEVEL_WINDOW_S = 1.0
 REPROBE_S = 10.0
-BACKOFF = 0.9  # a preemption takes the limit to this share of the running count
-CLIMB_READ_S = 0.1  # /metrics reads this often (at most) while a replica's knee is still unknown
-QUEUE_MIN = 2  # requests a replica may keep queued at the server (see `queue_allowance`) ...
-QUEUE_HORIZON_S = 1.0  # ... or what it answers in this long, whichever is more, ...
-QUEUE_SHARE = 0.2  # ... but no more than this share of what it runs (all clients together never hold
-# more than 1.2x what a replica runs: the rest waits in the pools, where any replica can take it)
+# Back-off: KV-cache use at which a replica starts preempting (vLLM recomputes or swaps sequences); a
+# preemption takes the limit to this share of the running count.
+KV_HIGH = 0.95
+BACKOFF = 0.9
+# Requests a replica may keep queued at the server beyond what it runs (`queue_allowance`): what it
+# answers in QUEUE_HORIZON_S, at least QUEUE_MIN, at most QUEUE_SHARE of what it runs (all clients
+# together never hold much more than a replica runs: the rest waits in the pools, where any replica
+# can take it).
+QUEUE_MIN = 2
+QUEUE_HORIZON_S = 1.0
+QUEUE_SHARE = 0.2
 
 
 def queue_allowance(report: ReplicaReport, previous: ReplicaReport | None) -> int:
     """Requests a replica may keep queued at the server beyond what it runs: what it answers in
     `QUEUE_HORIZON_S` (so a prefill-bound engine always has its next steps' prompts at hand, while a
-    slow replica never holds more than that much of the run's tail), at least `QUEUE_MIN`."""
+    slow replica never holds more than that much of the run's tail), at least `QUEUE_MIN`, at most
+    `QUEUE_SHARE` of its batch."""
     if previous is None or report.at <= previous.at or report.completed <= previous.completed:
         # Nothing answered between the reads: a burst of arrivals being admitted (an engine admits
         # a few prompts per step), not a full batch; a replica that never answers is a stall.
@@ -138,7 +145,8 @@ def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: Replic
     rate = work_rate(report, previous)
     if rate is None or report.running + report.waiting < BINDING_SHARE * current:
         return current, probe  # nothing learnt: the limit is not what holds the replica back now
-    climbing_fast = not report.work_is_local and probe.knee_at is None and current < FAST_CLIMB_MAX
+    fast_max = FAST_CLIMB_MAX * report.engines  # each data-parallel engine has its own sequence slots
+    climbing_fast = not report.work_is_local and probe.knee_at is None and current < fast_max
     backlog = QUEUE_MIN if allowance >= DEFAULT_CEILING else allowance
     if climbing_fast:
         # While climbing, the server may keep what it admits by the next read (a prefill-bound engine
@@ -159,7 +167,7 @@ def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: Replic
         # most twice what the server took in since the last read: a prefill-bound engine admitting a few
         # prompts a step gets a few more, not a doubling it would keep queued for many steps.
         step = None if previous is None or report.waiting <= 0 else max(QUEUE_MIN, 2 * admitted_since(report, previous))
-        return _raised(current, min(top, FAST_CLIMB_MAX), probe, now, step=step)
+        return _raised(current, min(top, fast_max), probe, now, step=step)
     if probe.reads < LEVEL_READS or now - probe.since < LEVEL_WINDOW_S:
         return current, probe  # the level's window has not settled yet
     trimmed = _trimmed(probe, current, now)

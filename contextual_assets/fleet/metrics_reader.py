@@ -93,7 +93,7 @@ class MetricsReader:
                                completed=state.completed,
                                preemptions=metrics.preemptions,
                                work_tokens=float(state.answered_tokens) if local_work else metrics.generation_tokens,
-                               work_is_local=local_work, engine=metrics.engine)
+                               work_is_local=local_work, engine=metrics.engine, engines=max(1, metrics.engines))
         state.limit, state.capacity = capacity.adapted_limit(state, report, state.report)
         state.report = report
         if state.slow_start and capacity.ends_slow_start(report):

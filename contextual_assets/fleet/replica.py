@@ -38,6 +38,7 @@ class ReplicaReport:
     local_counted: int | None = None
     completed: int = 0  # answers this pool had from the replica by the read (its answer rate between reads)
     engine: str = "vllm"  # whose metric names the read used (`engine_metrics.DIALECTS`)
+    engines: int = 1  # data-parallel engines behind the replica (label sets of its running gauge)
 
 
 @dataclass

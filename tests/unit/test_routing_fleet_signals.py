@@ -143,6 +143,19 @@ def test_a_replica_running_all_it_holds_climbs_a_doubling_a_read_then_each_level
     assert drive(capped, flat, 6)[-1] == 100
 
 
+def test_a_replica_of_two_engines_climbs_fast_to_twice_as_many():
+    """A data-parallel replica (two `engine` label sets) has FAST_CLIMB_MAX sequence slots per engine."""
+    state, previous, limits = replica_with_cap(None), None, []
+    for i in range(7):
+        limit = concurrency_limit(state)
+        read = report(limit, 0, at=NOW + 0.1 * i, work=1000.0 * i)
+        read.engines = 2
+        state.limit, state.capacity = adapted_limit(state, read, previous)
+        previous = read
+        limits.append(state.limit)
+    assert limits == [16, 32, 64, 128, 256, 512, 512]
+
+
 def test_a_climb_raises_by_at_most_twice_what_the_server_admitted_since_the_last_read():
     """A prefill-bound engine admits a few prompts a step: a doubling would sit in its queue for many
     steps, where no other replica can take it. The server may keep what it admits by the next read."""
