@@ -5,7 +5,8 @@ The fleet simulator's own engines (bench/sim/engine.py, ``make_engine``) are run
 no sleeping, no HTTP, no threads. Every request of the corpus is handed at once (or at its arrival) to
 an engine chosen by an oracle that knows every request in advance. A replica of ``speeds[r]`` runs
 ``spec.engines`` engines, each with its own scheduler, KV pool and prefix cache; the oracle places
-requests on engines directly. As fleet.py's ``Replica._engine`` does, a step of ``plan.cost_s``
+requests on replicas (what a client chooses) and each replica spreads its own over its engines as the
+simulator does (``engine_parts``). As fleet.py's ``Replica._engine`` does, a step of ``plan.cost_s``
 takes ``plan.cost_s * (1 / speed)`` simulated seconds (no slowdown fault), requests submitted while
 a step runs wait for the next ``schedule``, and the simulator sleeps ``time_scale`` wall seconds per
 simulated second, so
@@ -13,20 +14,21 @@ simulated second, so
     oracle_floor_s = min over policies of (simulated makespan) * time_scale
 
 It includes what the model floor leaves out: ramp-up and drain, batches limited by the KV pool and
-FCFS admission, preemptions, one prefix cache per engine, the longest request. Policies (each engine
+FCFS admission, preemptions, one prefix cache per engine, the longest request. Policies (each replica
 gets its requests in the order below, each released at its arrival):
 
-* ``documents``: a document's requests stay on one engine (its prefix cache); documents, by first
-  arrival then largest work first, each onto the engine that would finish it first
+* ``documents``: a document's requests stay on one replica (its prefix cache); documents, by first
+  arrival then largest work first, each onto the replica that would finish it first
   (``max(estimated finish, arrival) + work / speed``). Only when ``documents`` is given;
 * ``slices`` / ``fine_slices``: the same with each document cut into consecutive runs of at most 1/4
-  (1/16) of an engine's fair share of work (neighbouring chunks share their section's context);
+  (1/16) of a replica's fair share of work (neighbouring chunks share their section's context);
 * ``round_robin``: single requests in arrival order, speed-weighted smooth round robin;
-* ``least_finish``: single requests in arrival order onto the engine that would finish them first.
+* ``least_finish``: single requests in arrival order onto the replica that would finish them first.
 
 Work estimates are the model floor's per-request ``work_s`` (``request_costs``). Each policy runs
-``ROUNDS`` times: first with the engines' speeds as their rates, then with the rates the previous run
-measured (estimated work per busy simulated second, so an engine that batches worse gets less); its
+``ROUNDS`` times: first with the replicas' speeds (x engines) as their rates, then with the rates the
+previous run measured (estimated work per busy simulated second, so a replica that batches worse gets
+less); its
 best round counts (``oracle_round``). Prompt and output token counts are ``model_floor.token_counts``
 (the simulator's own counting and natural output length); requests the simulator would reject with a
 400 (context length, KV pool) are left out and counted (``oracle_rejected``).
@@ -49,7 +51,7 @@ from bench.sim.engine import Seq, block_hashes, make_engine
 from bench.sim.fleet import ReplicaSpec
 
 POLICIES = ("documents", "slices", "fine_slices", "round_robin", "least_finish")
-# `slices` / `fine_slices`: a run of a document holds at most 1/4 (1/16) of an engine's fair share.
+# `slices` / `fine_slices`: a run of a document holds at most 1/4 (1/16) of a replica's fair share.
 SLICES_PER_SHARE = {"slices": 4, "fine_slices": 16}
 DOCUMENT_POLICIES = ("documents", *SLICES_PER_SHARE)
 ROUNDS = 3  # runs per policy: the first, then two with the rates the previous run measured
@@ -166,7 +168,7 @@ def _round_robin(requests: Sequence[Request], speeds: Sequence[float]) -> list[l
 
 
 def assign(policy: str, requests: Sequence[Request], speeds: Sequence[float]) -> list[list[Request]]:
-    """One list of requests per engine (`speeds`: one per engine)."""
+    """One list of requests per replica (`speeds`: each replica's rate)."""
     if policy == "documents":
         return _least_finish(_groups(requests), speeds)
     if policy in SLICES_PER_SHARE:
@@ -210,22 +212,34 @@ def run_engine(spec: ReplicaSpec, speed: float, requests: Sequence[Request]) -> 
     return EngineRun(makespan=t, work=engine.clock, counters=dict(engine.counters))
 
 
-def run_policy(policy: str, requests: Sequence[Request], spec: ReplicaSpec, engine_speeds: Sequence[float],
+def run_policy(policy: str, requests: Sequence[Request], spec: ReplicaSpec, speeds: Sequence[float],
                rounds: int = ROUNDS) -> list[list[EngineRun]]:
-    """`rounds` runs of a policy: the first with the engines' speeds as their rates, each later one
-    with the rates the previous run measured (estimated work per busy simulated second)."""
-    rates = list(engine_speeds)
+    """`rounds` runs of a policy over replicas of `speeds` (their engines' runs, replica by replica):
+    the first with each replica's speed x engines as its rate, each later one with the rates the
+    previous run measured (estimated work per busy simulated second)."""
+    engines = spec.engines
+    rates = [s * engines for s in speeds]
     out = []
     for _ in range(rounds):
         parts = assign(policy, requests, rates)
-        runs = [run_engine(spec, s, part) for s, part in zip(engine_speeds, parts)]
+        runs = [run_engine(spec, s, sub) for s, part in zip(speeds, parts) for sub in engine_parts(part, engines)]
         out.append(runs)
-        rates = [_rate(rate, part, run, s) for rate, part, run, s in zip(rates, parts, runs, engine_speeds)]
+        rates = [_rate(rate, part, runs[r * engines:(r + 1) * engines], s)
+                 for r, (rate, part, s) in enumerate(zip(rates, parts, speeds))]
     return out
 
 
-def _rate(rate: float, part: Sequence[Request], run: EngineRun, speed: float) -> float:
-    estimated, busy = sum(r.work for r in part), run.work / speed
+def engine_parts(part: Sequence[Request], engines: int) -> list[list[Request]]:
+    """A replica's requests on its engines as the replica itself places them (fleet.py's `_pick_engine`:
+    the engine with the fewest outstanding requests; requests handed over together alternate). A client
+    picks the replica, never the engine behind it, so neither does the oracle: a data-parallel replica
+    splits a section's chunks over its engines' separate prefix caches whoever sends them."""
+    ordered = _by_arrival(part)
+    return [ordered[e::engines] for e in range(engines)]
+
+
+def _rate(rate: float, part: Sequence[Request], runs: Sequence[EngineRun], speed: float) -> float:
+    estimated, busy = sum(r.work for r in part), max((run.work for run in runs), default=0.0) / speed
     return estimated / busy if estimated > 0 and busy > 0 else rate
 
 
@@ -290,8 +304,7 @@ def oracle_floor(bodies: Sequence[Mapping[str, Any]], speeds: Sequence[float], t
     costs = request_costs(bodies, CostModel.of(spec))
     model_work = sum(c.work_s for c in costs)
     requests, rejected = prepare(bodies, spec, costs, documents, _arrivals_sim(arrivals, len(bodies), time_scale))
-    engine_speeds = [s for s in speeds for _ in range(spec.engines)]
-    results = {p: _best_round(run_policy(p, requests, spec, engine_speeds, rounds), len(speeds), spec.engines,
+    results = {p: _best_round(run_policy(p, requests, spec, speeds, rounds), len(speeds), spec.engines,
                               time_scale, model_work) for p in chosen}
     # Ties go to the earlier policy in POLICIES order (`chosen` keeps the caller's order).
     best = min(chosen, key=lambda p: (results[p]["oracle_floor_s"], POLICIES.index(p)))

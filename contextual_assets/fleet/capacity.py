@@ -86,9 +86,16 @@ def admitted_since(report: ReplicaReport, previous: ReplicaReport | None) -> int
     return max(0, math.ceil(report.running - previous.running)) + max(0, report.completed - previous.completed)
 
 
-def climbing(replica: ReplicaState) -> bool:
-    """The replica's knee is not known yet: its limit still doubles at every level that pays."""
-    return replica.capacity.knee_at is None and concurrency_limit(replica) < ceiling(replica)
+def climbing(replica: ReplicaState, queued: int) -> bool:
+    """The replica's knee is not known yet and its limit binds, or will as soon as the `queued`
+    requests waiting in the pool take the room a read opened: the next read may raise it. (A limit
+    that does not bind, as in a run's tail, learns nothing from reads: they go back to the configured
+    interval.)"""
+    limit = concurrency_limit(replica)
+    report = replica.report
+    held = max(replica.in_flight, math.ceil(report.running + report.waiting) if report is not None else 0)
+    binds = queued > 0 or held >= BINDING_SHARE * limit
+    return replica.capacity.knee_at is None and limit < ceiling(replica) and binds
 
 
 def ceiling(replica: ReplicaState) -> int:

@@ -132,6 +132,8 @@ class Hedging:
             per_token = {s.url: routing.latency_quantile(s, replicas, config.hedge_quantile) for s in replicas}
             stalled = {s.url for s in replicas if routing.is_stalled(s, now, per_token[s.url], config.hedge_min_s)}
             await self.slots.mark_stalled(stalled)
+            if self.slots.waiting and not stalled:
+                continue  # requests queued for a slot and none stalled: no duplicate is due (`hedge_due`)
             budget = routing.hedge_budget(self.counters.sent, config.hedge_budget_ratio, config.hedge_budget_min)
             for ticket in list(self.tickets.values()):
                 if self.counters.hedges + self.granted >= budget:

@@ -52,7 +52,7 @@ class MetricsReader:
                 # while a replica's capacity is still being found, read often enough to climb fast.
                 if any(s.slow_start for s in self.replicas):
                     await asyncio.sleep(min(SLOW_START_INTERVAL_S, interval))
-                elif any(capacity.climbing(s) for s in self.replicas):
+                elif any(capacity.climbing(s, slots.waiting) for s in self.replicas):
                     await asyncio.sleep(min(capacity.CLIMB_READ_S, interval))
                 else:
                     await asyncio.sleep(interval)

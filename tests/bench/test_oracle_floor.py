@@ -226,3 +226,18 @@ def test_engine_work_matches_a_real_simulator_one_request_at_a_time():
     assert (result["oracle_prefix_hit_tokens"], result["oracle_generation_tokens"]) \
         == (stats["prefix_hit_tokens"], stats["generation_tokens"])
     assert result["oracle_prefix_hit_tokens"] > 0
+
+
+def test_a_replica_of_two_engines_spreads_its_requests_as_the_replica_does():
+    """A client picks the replica, never the engine behind it: the oracle hands a replica's requests to
+    its engines as the simulator does (fewest outstanding: handed over together, they alternate), so a
+    section's chunks meet two prefix caches, for the oracle as for any client."""
+    from bench.oracle_floor import Request, engine_parts
+
+    part = [Request(i, [], [], 1, arrival, 1.0, "d") for i, arrival in enumerate([0.0, 0.0, 0.0, 1.0, 0.5])]
+    assert [[r.index for r in e] for e in engine_parts(part, 2)] == [[0, 2, 3], [1, 4]]
+    assert [[r.index for r in e] for e in engine_parts(part, 1)] == [[0, 1, 2, 4, 3]]
+    bodies, docs = SKEWED
+    one = oracle_floor(bodies, [1.0], 1.0, ReplicaSpec(), documents=docs, policies=["documents"])
+    two = oracle_floor(bodies, [1.0], 1.0, ReplicaSpec(engines=2), documents=docs, policies=["documents"])
+    assert two["oracle_prefix_hit_tokens"] < one["oracle_prefix_hit_tokens"]
