@@ -86,6 +86,14 @@ def admitted_since(report: ReplicaReport, previous: ReplicaReport | None) -> int
     return max(0, math.ceil(report.running - previous.running)) + max(0, report.completed - previous.completed)
 
 
+def our_share(report: ReplicaReport) -> float:
+    """This pool's share of what the replica holds (1 when it holds nothing, or alone): processes
+    climbing on the same read each claim their share of the room it shows, not all of it."""
+    ours = report.local_in_flight if report.local_counted is None else report.local_counted
+    held = report.running + report.waiting
+    return 1.0 if held <= 0 or ours <= 0 else min(1.0, ours / held)
+
+
 def climbing(replica: ReplicaState, queued: int) -> bool:
     """The replica's knee is not known yet and its limit binds, or will as soon as the `queued`
     requests waiting in the pool take the room a read opened: the next read may raise it. (A limit
@@ -159,7 +167,8 @@ def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: Replic
         # While climbing, the server may keep what it admits by the next read (a prefill-bound engine
         # admits a few prompts a step): it never idles its prefill budget waiting for our next raise,
         # and holds no more than that where no other replica could take it.
-        backlog = max(backlog, min(2 * admitted_since(report, previous), math.ceil(QUEUE_SHARE * report.running)))
+        backlog = max(backlog, math.ceil(our_share(report) * min(2 * admitted_since(report, previous),
+                                                                 math.ceil(QUEUE_SHARE * report.running))))
     if report.waiting > backlog:
         # Requests already wait at the server: more would only queue there, where no other replica
         # can take them.
@@ -173,7 +182,8 @@ def adapted_limit(replica: ReplicaState, report: ReplicaReport, previous: Replic
         # random); above it, each level must pay over a settled window. A raise is at
         # most twice what the server took in since the last read: a prefill-bound engine admitting a few
         # prompts a step gets a few more, not a doubling it would keep queued for many steps.
-        step = None if previous is None or report.waiting <= 0 else max(QUEUE_MIN, 2 * admitted_since(report, previous))
+        step = None if previous is None or report.waiting <= 0 else \
+            max(QUEUE_MIN, math.ceil(our_share(report) * 2 * admitted_since(report, previous)))
         return _raised(current, min(top, fast_max), probe, now, step=step)
     if probe.reads < LEVEL_READS or now - probe.since < LEVEL_WINDOW_S:
         return current, probe  # the level's window has not settled yet

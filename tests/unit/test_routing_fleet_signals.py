@@ -165,6 +165,15 @@ def test_a_climb_raises_by_at_most_twice_what_the_server_admitted_since_the_last
     assert adapted_limit(state, now, before)[0] == 64 + 6
     # More queued than it admitted since the last read: hold.
     assert adapted_limit(state, report(53, 20, work=10.0), before)[0] == 64
+    # Another process holding half of what the replica holds: each claims its share of the room.
+    # Five more running: alone, the limit may grow by ten; another process holding half of what the
+    # replica holds, each claims its share of the room (both climb on the same reads).
+    assert adapted_limit(state, report(55, 3, local=58, work=10.0), before)[0] == 64 + 10
+    shared = report(55, 3, local=29, work=10.0)
+    shared.local_counted = 29
+    assert adapted_limit(state, shared, before)[0] == 64 + 5
+    shared.waiting = 6  # and only its share of the queue: 29/61 x 10 is 5
+    assert adapted_limit(state, shared, before)[0] == 64
     # A queue that stays while the batch does not grow is the engine at its own cap: the limit goes to
     # what it runs plus a short queue.
     at_cap = report(53, 40, work=10.0)
