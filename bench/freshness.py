@@ -233,7 +233,7 @@ def measure(workdir: Path, args: argparse.Namespace) -> tuple[list[dict], dict[s
     """Deployment up, drops measured, all stopped: (entries, effective settings, the sensor's tick gaps)."""
     import dagster as dg
 
-    from bench import ingest
+    from bench import ingest, ingest_options
     from bench.sim.deployment import DagsterDeployment
     from contextual_assets.serving.service import service_from_settings
     from contextual_assets.settings import PlatformSettings
@@ -241,8 +241,8 @@ def measure(workdir: Path, args: argparse.Namespace) -> tuple[list[dict], dict[s
     root = workdir / f"freshness-{time.monotonic_ns()}"
     (root / "inbox").mkdir(parents=True)
     with ExitStack() as stack:  # stopped in reverse order, whatever failed
-        stack.callback(setattr, ingest, "OPTIONS", ingest.OPTIONS)
-        ingest.OPTIONS = ingest.BenchOptions(embedder=args.embedder)
+        stack.callback(setattr, ingest_options, "OPTIONS", ingest_options.OPTIONS)
+        ingest_options.OPTIONS = ingest.BenchOptions(embedder=args.embedder)
         fleet = ingest.start_fleet(workdir, 1.0) if args.headers == "openai" else None
         if fleet is not None:
             stack.callback(fleet.stop)

@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from bench import ingest
+from bench import ingest, ingest_options
 from bench.ingest_workloads import SHARED_FLEET_DOCUMENTS_PER_PROCESS, WORKLOAD_OPTIONS
 from bench.oracle_floor import oracle_floor
 from bench.sim import ReplicaSpec
@@ -87,7 +87,7 @@ def test_utilization_is_engine_busy_time_over_the_wall():
     # (4 + 2) simulated seconds x 2 real seconds each, over 2 replicas x 10 s of wall.
     assert result["utilization"] == 0.6
     assert result["mean_batch"] == 10.0
-    assert result["mean_batch_occupancy"] == round(10.0 / ingest.OPTIONS.max_num_seqs, 4)
+    assert result["mean_batch_occupancy"] == round(10.0 / ingest_options.OPTIONS.max_num_seqs, 4)
 
 
 def test_median_interval_brackets_the_median():
@@ -145,7 +145,7 @@ def test_shared_fleet_gives_each_process_30_s_of_fleet_work(tmp_path):
     full part a: 33.0 s)."""
     paths = ingest.build_shared_fleet(tmp_path)
     parts = ingest.corpus_halves(paths)
-    assert len(parts) == ingest.OPTIONS.processes == 2
+    assert len(parts) == ingest_options.OPTIONS.processes == 2
     for part in parts:
         mine = sorted(p for p in paths if p.parent == part)
         assert len(mine) == SHARED_FLEET_DOCUMENTS_PER_PROCESS
@@ -168,9 +168,9 @@ def test_fleet_work_per_process_splits_the_corpus_by_folder(tmp_path):
 def test_two_engine_replicas_have_the_floor_of_twice_as_many_single_engine_ones(tmp_path, monkeypatch):
     paths = ingest.build_stream(tmp_path, documents=6)
     docs, counter, settings = ingest.corpus_chunks(paths)
-    monkeypatch.setattr(ingest, "OPTIONS", ingest.BenchOptions(engines=2))
+    monkeypatch.setattr(ingest_options, "OPTIONS", ingest.BenchOptions(engines=2))
     two = ingest.model_floor(docs, counter, settings, 1.0, ingest.SPEEDS)
-    monkeypatch.setattr(ingest, "OPTIONS", ingest.BenchOptions(engines=1))
+    monkeypatch.setattr(ingest_options, "OPTIONS", ingest.BenchOptions(engines=1))
     single = ingest.model_floor(docs, counter, settings, 1.0, tuple(s for s in ingest.SPEEDS for _ in range(2)))
     one = ingest.model_floor(docs, counter, settings, 1.0, ingest.SPEEDS)
     assert two == single
@@ -182,7 +182,7 @@ def test_kv_stress_prompts_overflow_the_kv_pool_and_preempt(tmp_path, monkeypatc
     given a small sample at once preempts; the same requests on the default A100 pool do not. The
     workload's spec is the one the simulator, the model floor and the oracle floor all get."""
     options = ingest.BenchOptions(**WORKLOAD_OPTIONS["kv-stress"])
-    monkeypatch.setattr(ingest, "OPTIONS", options)
+    monkeypatch.setattr(ingest_options, "OPTIONS", options)
     assert ingest.WORKLOADS["kv-stress"] is ingest.build_kv_stress
     spec = options.sim_spec()
     assert spec.kv_cache_tokens == WORKLOAD_OPTIONS["kv-stress"]["kv_cache_tokens"] < ReplicaSpec().max_model_len
