@@ -44,7 +44,7 @@ install-dev: $(DEV_STAMP)
 
 demo: $(STAMP)
 	mkdir -p $(DAGSTER_HOME) && cp -n dagster.yaml $(DAGSTER_HOME)/dagster.yaml || true
-	$(BIN)/python -m contextual_assets.app.demo
+	$(BIN)/python -m contextual_assets.cli.demo
 
 $(CHROMIUM):
 	@command -v apt-get >/dev/null || { echo "install Chromium and set CHROMIUM=/path/to/chromium"; exit 2; }

@@ -37,7 +37,7 @@ def write_corpus(folder: Path, n_docs: int, tag: str = "", first: int = 0) -> No
 def expected_chunks(folder: Path) -> dict[str, int]:
     """{partition key: chunk count}, keyed as `ctx ingest FOLDER` keys them with CTX_SOURCE_ROOT at
     the folder's parent."""
-    from contextual_assets.ingest.parse import parse_document
+    from contextual_assets.ingest.pipeline.parse import parse_document
     from contextual_assets.parsing.tokens import token_counter
 
     counter = token_counter()

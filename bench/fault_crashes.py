@@ -169,7 +169,7 @@ def scenario_emptied_inbox(ctx: Context, n_docs: int = 6) -> Result:
         r.check("the emptied inbox's tick removed nothing", kept == n_docs)
         said = sensor.skip_reason or ""
         r.check(f"the tick says why ({said})", "confirm-removals" in said)
-        confirm = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "inbox", "confirm-removals",
+        confirm = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", "inbox", "confirm-removals",
                                   "--expect", str(n_docs)], cwd=REPO_ROOT, env=env.environ(), capture_output=True,
                                  text=True, timeout=300)
         r.check(f"confirmed (rc {confirm.returncode})", confirm.returncode == 0)

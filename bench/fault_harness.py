@@ -106,7 +106,7 @@ class Env:
 
     def start(self, *paths: Path) -> subprocess.Popen:
         self.prepare()
-        return subprocess.Popen([sys.executable, "-m", "contextual_assets.app.cli", "ingest", "--json", *map(str, paths)],
+        return subprocess.Popen([sys.executable, "-m", "contextual_assets.cli.main", "ingest", "--json", *map(str, paths)],
                                 cwd=REPO_ROOT, env=self.environ(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
 

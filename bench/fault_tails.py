@@ -33,7 +33,7 @@ def _floor(workdir: Path, docs: Path, time_scale: float, cap: int) -> float:
     from contextual_assets.headers.context import header_requests
     from contextual_assets.headers.openai_source import OpenAIHeaderSource
     from contextual_assets.headers.prompt import DEFAULT_PROMPT, load_prompt
-    from contextual_assets.ingest.parse import parse_document
+    from contextual_assets.ingest.pipeline.parse import parse_document
     from contextual_assets.parsing.tokens import token_counter
     from contextual_assets.settings import PlatformSettings
 

@@ -49,8 +49,8 @@ import httpx
 from bench.corpora import derive_version, foreign_headers, remove_evidence
 from bench.report import write_json
 from bench.sim import FleetSimulator, ReplicaSpec
-from contextual_assets.app.evaluation_runs import EvaluationOutcome, evaluate_and_promote
-from contextual_assets.app.ingest_runs import ingest_partitions, register_sources
+from contextual_assets.cli.evaluation_runs import EvaluationOutcome, evaluate_and_promote
+from contextual_assets.cli.ingest_runs import ingest_partitions, register_sources
 from contextual_assets.definitions import build_definitions
 from contextual_assets.defs.resources import build_resources
 from contextual_assets.embedding import OpenAIEmbedder
@@ -143,7 +143,7 @@ def gate_decision(outcome: EvaluationOutcome) -> tuple[list[str], dict]:
     """(the reasons the gate gave, the candidate's hybrid metrics) of one `evaluate_and_promote`: every
     blocking reason of `eval_gate` and `header_integrity`, exceptions not applied, or why the evaluation
     did not run (metrics None then)."""
-    from contextual_assets.app.ingest_runs import failure_message
+    from contextual_assets.cli.ingest_runs import failure_message
 
     result, checks = outcome.result, outcome.checks
     evaluation = next((e.materialization.metadata for e in result.get_asset_materialization_events()

@@ -170,8 +170,8 @@ def idle_time(timeline, start: float, end: float) -> dict:
 # ---- the corpus's requests and embedding time -------------------------------------------------
 
 def corpus_chunks(paths: list[Path]):
-    from contextual_assets.ingest.document_keys import partition_key_for
-    from contextual_assets.ingest.parse import parse_document
+    from contextual_assets.ingest.inbox.document_keys import partition_key_for
+    from contextual_assets.ingest.pipeline.parse import parse_document
     from contextual_assets.parsing.tokens import token_counter
     from contextual_assets.settings import PlatformSettings
 

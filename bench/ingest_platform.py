@@ -140,8 +140,8 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
 
     from bench.sim.deployment import DagsterDeployment, deployment_env
     from contextual_assets.fleet.metrics_timeline import MetricsSampler
-    from contextual_assets.ingest.document_keys import partition_key_for
-    from contextual_assets.ingest.inbox import file_sha256
+    from contextual_assets.ingest.inbox.document_keys import partition_key_for
+    from contextual_assets.ingest.inbox.tick_plan import file_sha256
     from contextual_assets.models import SourceRecord
     from contextual_assets.store import open_store
 

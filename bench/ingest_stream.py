@@ -274,7 +274,7 @@ def run_shared_fleet(workdir: Path, time_scale: float, paths: list[Path], expect
             logs.append((out, err))
             with out.open("wb") as stdout, err.open("wb") as stderr:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "contextual_assets.app.cli", "ingest", "--json", str(folder)],
+                    [sys.executable, "-m", "contextual_assets.cli.main", "ingest", "--json", str(folder)],
                     cwd=REPO_ROOT, env=env, stdout=stdout, stderr=stderr, start_new_session=True))
         ends = wait_processes(procs, timeout_s)
         timeline = sampler.stop()

@@ -15,8 +15,8 @@ import signal
 import sys
 import time
 
-from contextual_assets.app.cli import main
-from contextual_assets.ingest import commit_stage
+from contextual_assets.cli.main import main
+from contextual_assets.ingest.pipeline import commit_stage
 from contextual_assets.store.corpus import CorpusTable
 
 KILL_AFTER_COMMIT_OF = "KILL_AFTER_COMMIT_OF"

@@ -34,7 +34,7 @@ def run_sensor(n_docs: int, workdir: Path, unchanged_ticks: int = 3) -> dict:
 
     from contextual_assets.definitions import build_definitions
     from contextual_assets.defs.resources import build_resources
-    from contextual_assets.ingest.inbox import open_inbox
+    from contextual_assets.ingest.inbox.tick_plan import open_inbox
     from contextual_assets.settings import PlatformSettings
     from contextual_assets.store.shared import clear_store_cache
 

@@ -36,8 +36,8 @@ from bench.gate import gate_decision
 from bench.ingest import idle_figures
 from bench.llama_servers import GEMMA3, SMOLLM2, Replicas
 from bench.report import write_json
-from contextual_assets.app.evaluation_runs import evaluate_and_promote
-from contextual_assets.app.ingest_runs import ingest_partitions, register_sources
+from contextual_assets.cli.evaluation_runs import evaluate_and_promote
+from contextual_assets.cli.ingest_runs import ingest_partitions, register_sources
 from contextual_assets.definitions import build_definitions
 from contextual_assets.defs.resources import build_resources
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
@@ -196,7 +196,7 @@ def sample_prompts(paths: list[Path], n: int = 24) -> list[dict]:
     from contextual_assets.headers.budget import fit_prompt
     from contextual_assets.headers.context import header_requests
     from contextual_assets.headers.prompt import load_prompt
-    from contextual_assets.ingest.parse import parse_document
+    from contextual_assets.ingest.pipeline.parse import parse_document
     from contextual_assets.parsing.tokens import token_counter
 
     counter, prompt, bodies = token_counter(), load_prompt(), []
@@ -214,7 +214,7 @@ def batch_check(server_url: str, paths: list[Path]) -> list[dict]:
     from contextual_assets.fleet.config import FleetConfig
     from contextual_assets.headers.configured import openai_header_source
     from contextual_assets.headers.context import header_requests
-    from contextual_assets.ingest.parse import parse_document
+    from contextual_assets.ingest.pipeline.parse import parse_document
     from contextual_assets.parsing.tokens import token_counter
 
     counter = token_counter()

@@ -172,8 +172,8 @@ class PeerResult:
 
 def parse_all(job: PeerJob) -> list:
     """The platform's parser, one file after another (what a script does before its thread pool)."""
-    from contextual_assets.ingest.document_keys import partition_key_for
-    from contextual_assets.ingest.parse import parse_document
+    from contextual_assets.ingest.inbox.document_keys import partition_key_for
+    from contextual_assets.ingest.pipeline.parse import parse_document
 
     return [parse_document(partition_key_for(p.name), p, job.counter, chunk_tokens=job.settings.chunk_tokens,
                            max_bytes=10**9, max_pdf_pages=10**6) for p in job.paths]

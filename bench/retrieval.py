@@ -30,7 +30,7 @@ def ingest_corpus(dataset: Path, headers: str, workdir: Path, llm_base_urls: str
     this version); returns (store, embedder, index version)."""
     import dagster as dg
 
-    from contextual_assets.app.ingest_runs import ingest_partitions, register_sources
+    from contextual_assets.cli.ingest_runs import ingest_partitions, register_sources
     from contextual_assets.definitions import build_definitions
     from contextual_assets.defs.resources import build_resources
     from contextual_assets.index_version import current_index_version

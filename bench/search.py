@@ -93,7 +93,7 @@ def synthetic_workload(n: int, n_queries: int, seed: int) -> Workload:
 
 def ctx_command(*args: str) -> list[str]:
     """`ctx` of the running interpreter's environment (not a hard-coded venv)."""
-    return [sys.executable, "-m", "contextual_assets.app.cli", *args]
+    return [sys.executable, "-m", "contextual_assets.cli.main", *args]
 
 
 def load_store(backend: str, work: Workload, url: str | None, workdir: Path) -> dict:

@@ -1,9 +1,15 @@
-"""The code location: one `Definitions`, loaded from the `defs/` folder (one folder per domain).
+"""The code location: one `Definitions`, composed of two defs folders, each beside its library:
+`contextual_assets/defs/` (ingest, the resources, the executor) and `eval_assets/defs/` (the evaluation:
+retrieval_eval, the gate and its checks, promotion, their jobs).
 
-`dagster dev`, `dg`, the gRPC code server (`workspace.yaml`) and the Kubernetes run pods load `defs`;
-a bad setting there is a code-location load error whose message names the variable. Code that launches
-runs with given settings (the CLI, tests, benchmarks) calls `build_definitions(settings)`: the same
-folder, the same loader.
+One code location, not two: the gate's checks, `retrieval_eval` and the ingest assets share the
+`documents` partitions, the resources built from one set of settings, and the runs `ctx eval` and the
+production-freshness ingest launch; jobs and blocking checks only select assets of their own location.
+
+`dagster dev`, `dg`, the gRPC code server (`workspace.yaml`) and the Kubernetes run pods load `defs`,
+which reads the settings from the environment: a bad setting there is a code-location load error whose
+message names the variable. Code that launches runs with given settings (the CLI, tests, benchmarks)
+calls `build_definitions(settings)`: the same folders, the same loader.
 """
 
 from __future__ import annotations
@@ -12,15 +18,23 @@ from pathlib import Path
 
 import dagster as dg
 
+import eval_assets.defs
 from contextual_assets.settings import PlatformSettings, settings_scope
 
+PROJECT_ROOT = Path(__file__).parent.parent
 
-def build_definitions(settings: PlatformSettings | None = None) -> dg.Definitions:
-    """Every definition of the `defs/` folder, built for `settings` (default: the environment's)."""
-    with settings_scope(settings or PlatformSettings.from_env()):
-        return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
+
+def build_definitions(settings: PlatformSettings) -> dg.Definitions:
+    """Every definition of both defs folders, built for `settings` (the only scope they are built in)."""
+    with settings_scope(settings):
+        ingest = dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
+        evaluation = dg.ComponentTree(defs_module=eval_assets.defs, project_root=PROJECT_ROOT).build_defs()
+    # One component tree per Definitions: the evaluation's objects join the project's tree.
+    return dg.Definitions.merge(ingest, dg.Definitions(
+        assets=evaluation.assets, asset_checks=evaluation.asset_checks, jobs=evaluation.jobs,
+        sensors=evaluation.sensors, schedules=evaluation.schedules, resources=evaluation.resources))
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    return build_definitions()
+    return build_definitions(PlatformSettings.from_env())

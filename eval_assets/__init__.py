@@ -2,4 +2,4 @@
 and graders (`ranking_metrics`), header diagnostics (`diagnostics`), the evaluator (`evaluate`), the
 promotion gate's rules (`gate`, `significance`), its configuration (`gate_config`) and the dashboard
 tables (`dashboard`). The Dagster assets and checks that run them are in
-`contextual_assets/defs/evaluation/`."""
+`eval_assets/defs/`."""

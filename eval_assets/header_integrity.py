@@ -17,7 +17,7 @@ dataset, and a real llama.cpp model's headers in the tests): see README "Evaluat
 
 The first three are per header (`header_flags`); `document_header_integrity` applies them, with the same
 thresholds, to one document's headers: ingest runs it before it writes a document into production without
-the gate (production kept fresh, `contextual_assets/ingest/header_stage.py`)."""
+the gate (production kept fresh, `contextual_assets/ingest/pipeline/header_stage.py`)."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ def free_port() -> int:
 
 def run_ctx(env: dict[str, str], *args: str, check: bool = False) -> subprocess.CompletedProcess:
     """`ctx` as a user runs it: a subprocess with settings from `env` (see the `env` fixture)."""
-    result = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", *args], env=env, cwd=REPO_ROOT,
+    result = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", *args], env=env, cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=600)
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
@@ -75,7 +75,7 @@ def ctx_serve(env: dict[str, str], token: str, *args: str) -> Iterator[str]:
     import httpx
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "contextual_assets.app.cli", "serve", *args],
+    server = subprocess.Popen([sys.executable, "-m", "contextual_assets.cli.main", "serve", *args],
                               env={**env, "CTX_SERVE_PORT": str(port), "CTX_SEARCH_TOKEN": token}, cwd=REPO_ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from contextual_assets.errors import ContextualError
 from contextual_assets.fleet.health import fleet_health
-from contextual_assets.ingest.inbox_listing import open_inbox
+from contextual_assets.ingest.inbox.listing import open_inbox
 from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.parsing.objects import is_object_url, local_location
 from contextual_assets.platform import Platform

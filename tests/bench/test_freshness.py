@@ -61,8 +61,8 @@ def test_tokens_are_seeded_words_of_four_letters_and_four_digits():
 
 
 def test_dropped_document_holds_the_token_and_parses_into_a_chunk_with_it(tmp_path):
-    from contextual_assets.ingest.document_keys import partition_key_for
-    from contextual_assets.ingest.parse import parse_document
+    from contextual_assets.ingest.inbox.document_keys import partition_key_for
+    from contextual_assets.ingest.pipeline.parse import parse_document
     from contextual_assets.parsing.tokens import token_counter
     from contextual_assets.settings import PlatformSettings
 

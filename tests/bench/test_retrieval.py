@@ -8,7 +8,7 @@ import json
 import dagster as dg
 
 from bench.retrieval import REFERENCE, run
-from contextual_assets.app.ingest_runs import (
+from contextual_assets.cli.ingest_runs import (
     collect_sources,
     ingest_partitions,
     register_sources,
@@ -56,7 +56,7 @@ def test_retrieval_eval_asset_reports_metrics(tmp_path, samples_dir, settings_fa
         with gold.open("w") as handle:
             for query, span in tasks:
                 handle.write(json.dumps({"query": query, "evidence": [{"text": span}]}) + "\n")
-        from contextual_assets.app.evaluation_runs import evaluate_and_promote
+        from contextual_assets.cli.evaluation_runs import evaluate_and_promote
 
         result = evaluate_and_promote(defs, instance, str(gold), log_level="ERROR").result
         assert result.success

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from contextual_assets.app.ingest_runs import (
+from contextual_assets.cli.ingest_runs import (
     collect_sources,
     ingest_partitions,
     register_sources,

@@ -14,7 +14,7 @@ import dagster as dg
 import pymupdf
 import pytest
 
-from contextual_assets.app.ingest_runs import (
+from contextual_assets.cli.ingest_runs import (
     collect_sources,
     ingest_partitions,
     register_sources,
@@ -22,7 +22,7 @@ from contextual_assets.app.ingest_runs import (
 from contextual_assets.definitions import build_definitions
 from contextual_assets.defs.resources import build_resources
 from contextual_assets.errors import DocumentError
-from contextual_assets.ingest.inbox import LocalInbox
+from contextual_assets.ingest.inbox.tick_plan import LocalInbox
 from contextual_assets.parsing import parse_file
 from contextual_assets.parsing.chunking import chunk_blocks
 from contextual_assets.parsing.tokens import token_counter

@@ -220,7 +220,7 @@ def test_eval_promote_search_rollback(tmp_path, env, samples_dir):
 
 
 def test_colliding_keys_are_refused_not_merged(tmp_path):
-    from contextual_assets.app.ingest_runs import collect_sources
+    from contextual_assets.cli.ingest_runs import collect_sources
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

@@ -49,7 +49,7 @@ def _source(tmp_path: Path) -> tuple[str, Path]:
 
 
 def _ingest_one(settings, instance: dg.DagsterInstance, key: str, path: Path) -> dg.ExecuteInProcessResult:
-    from contextual_assets.app.ingest_runs import register_sources
+    from contextual_assets.cli.ingest_runs import register_sources
     from contextual_assets.definitions import build_definitions
     from contextual_assets.defs.resources import ChunkStoreResource
 

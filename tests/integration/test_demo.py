@@ -10,7 +10,7 @@ import sys
 
 
 def test_demo_runs_the_whole_loop(tmp_path, env):
-    result = subprocess.run([sys.executable, "-m", "contextual_assets.app.demo"], env=env, cwd=tmp_path,
+    result = subprocess.run([sys.executable, "-m", "contextual_assets.cli.demo"], env=env, cwd=tmp_path,
                             capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     out = result.stdout
@@ -38,7 +38,7 @@ def test_demo_runs_the_whole_loop(tmp_path, env):
         # One evaluation partition per document, each with its own metadata.
         assert instance.get_materialized_partitions(dg.AssetKey("retrieval_eval")) == set(partitions)
 
-    again = subprocess.run([sys.executable, "-m", "contextual_assets.app.demo"], env=env, cwd=tmp_path,
+    again = subprocess.run([sys.executable, "-m", "contextual_assets.cli.demo"], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=900, check=False)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.strip().splitlines()[-2] == f"gate: passed for {gate.group(1)} (already production; " \

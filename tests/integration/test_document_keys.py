@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from contextual_assets.app.cli import main
-from contextual_assets.app.ingest_runs import collect_sources
-from contextual_assets.ingest.document_keys import key_for_path, partition_key_for
-from contextual_assets.ingest.inbox import LocalInbox
+from contextual_assets.cli.main import main
+from contextual_assets.cli.ingest_runs import collect_sources
+from contextual_assets.ingest.inbox.document_keys import key_for_path, partition_key_for
+from contextual_assets.ingest.inbox.tick_plan import LocalInbox
 
 ALPHA = "# Alpha\n\nThe walrus ledger counts seventeen copper kettles.\n"
 BETA = "# Beta\n\nThe heron timetable lists the ferry at noon.\n"

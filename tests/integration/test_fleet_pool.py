@@ -278,7 +278,7 @@ def test_a_pass_taken_when_work_ends_counts_it_however_late_the_sampler_thread_i
 def test_ingest_through_dagster_on_the_simulated_fleet(tmp_path, samples_dir, settings_factory):
     import dagster as dg
 
-    from contextual_assets.app.ingest_runs import (
+    from contextual_assets.cli.ingest_runs import (
         collect_sources,
         ingest_partitions,
         register_sources,

@@ -10,8 +10,8 @@ import dagster as dg
 import pytest
 
 from bench.corpora import derive_version, remove_evidence
-from contextual_assets.app.evaluation_runs import evaluate_and_promote as run_evaluation
-from contextual_assets.app.ingest_runs import (
+from contextual_assets.cli.evaluation_runs import evaluate_and_promote as run_evaluation
+from contextual_assets.cli.ingest_runs import (
     collect_sources,
     ingest_partitions,
     register_sources,
@@ -221,7 +221,7 @@ def test_needle_set_is_ingested_and_graded(world, samples_dir, tmp_path):
 
 
 def test_a_version_is_never_scored_with_another_embedder(world):
-    from contextual_assets.app.ingest_runs import failure_message
+    from contextual_assets.cli.ingest_runs import failure_message
     from contextual_assets.embedding import Embedder
 
     class Retired(Embedder):
@@ -271,7 +271,7 @@ def test_a_regression_confined_to_one_document_fails_its_partition_and_blocks(wo
 def test_the_gate_refuses_partitions_missing_or_evaluated_against_another_state(world):
     """candidate_evaluation on its own decides nothing for a candidate whose partitions were never
     evaluated, or were evaluated before the candidate changed."""
-    from contextual_assets.app.ingest_runs import failure_message
+    from contextual_assets.cli.ingest_runs import failure_message
 
     store = world["store"]
     store.aliases.set("production", world["good"], "test setup")

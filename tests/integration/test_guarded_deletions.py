@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from contextual_assets.ingest.inbox_listing import ObjectInbox, open_inbox
+from contextual_assets.ingest.inbox.listing import ObjectInbox, open_inbox
 from tests.integration.test_s3_inbox import BUCKET, s3  # noqa: F401 - the S3 API fixture
 from tests.integration.test_sensor import Harness, inbox_with
 from tests.integration.test_store_contract import make_chunks, record

@@ -14,7 +14,7 @@ from contextual_assets.headers.cache_key import HEADER_KEY_SCHEME
 from contextual_assets.headers.context import header_requests
 from contextual_assets.headers.openai_source import OpenAIHeaderSource
 from contextual_assets.headers.prompt import load_prompt
-from contextual_assets.ingest.parse import parse_document
+from contextual_assets.ingest.pipeline.parse import parse_document
 from contextual_assets.parsing.tokens import token_counter
 
 
@@ -125,7 +125,7 @@ def test_a_pin_is_checked_against_what_the_endpoint_serves(llama_server):
 def test_two_replicas_share_work_headers_stored_and_failover(llama_servers, tmp_path, settings_factory):
     """Two llama.cpp processes as two replicas: discovery finds the served name, both receive
     requests, headers are stored; then one is killed and its work fails over to the other."""
-    from contextual_assets.app.ingest_runs import (
+    from contextual_assets.cli.ingest_runs import (
         collect_sources,
         ingest_partitions,
         register_sources,
@@ -180,7 +180,7 @@ def test_discovery_errors_name_each_endpoint():
 
 
 def test_ingest_with_openai_headers_through_dagster(llama_server, tmp_path, settings_factory):
-    from contextual_assets.app.ingest_runs import (
+    from contextual_assets.cli.ingest_runs import (
         collect_sources,
         ingest_partitions,
         register_sources,

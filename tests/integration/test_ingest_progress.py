@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from contextual_assets.app.ingest_runs import (
+from contextual_assets.cli.ingest_runs import (
     PartitionOutcome,
     collect_sources,
     ingest_partitions,

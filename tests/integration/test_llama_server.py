@@ -29,7 +29,7 @@ def llama_cpp_server(tmp_path_factory):
 
 
 def test_a_llama_server_is_routed_on_its_own_metrics(llama_cpp_server, tmp_path, settings_factory, samples_dir, env):
-    from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
+    from contextual_assets.cli.ingest_runs import collect_sources, ingest_partitions, register_sources
     from contextual_assets.definitions import build_definitions
     from contextual_assets.defs.resources import build_resources
     from contextual_assets.fleet.engine_metrics import metrics_url, read_engine_metrics

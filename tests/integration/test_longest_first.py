@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 from contextual_assets.headers.structural import StructuralHeaderSource
-from contextual_assets.ingest.pipeline import (
+from contextual_assets.ingest.pipeline.document_pipeline import (
     DocumentPipeline,
     PipelineSettings,
     header_work,

@@ -145,7 +145,7 @@ def test_killed_pipelined_run_leaves_only_whole_documents(backend, tmp_path, req
         "CTX_HEADER_SOURCE": "openai", "CTX_LLM_FLEET_FILE": str(fleet_file),
         "CTX_CHUNK_TOKENS": str(CHUNK_TOKENS), "DATABASE_URL": database_url, "CTX_SOURCE_ROOT": str(tmp_path),
     })
-    command = [sys.executable, "-m", "contextual_assets.app.cli", "ingest", str(docs)]
+    command = [sys.executable, "-m", "contextual_assets.cli.main", "ingest", str(docs)]
     # The instance's storage exists before `ctx` starts, so polling it never races its creation.
     home.mkdir()
     shutil.copyfile(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")

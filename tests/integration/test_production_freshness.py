@@ -90,7 +90,7 @@ def test_production_that_cannot_be_built_shows_its_lag(tmp_path, env):
         assert status["production_lag"]["missing_ids"] == ["docs/gamma.md"], status["production_lag"]
         assert status["production_lag"]["outdated"] == 0
 
-        from contextual_assets.app.ingest_runs import ensure_dagster_home
+        from contextual_assets.cli.ingest_runs import ensure_dagster_home
         from contextual_assets.definitions import build_definitions
         from contextual_assets.settings import PlatformSettings
 

@@ -23,7 +23,7 @@ import dagster as dg
 import pytest
 
 from bench.sim.process import SimFleet
-from contextual_assets.app.ingest_runs import collect_sources, ingest_partitions, register_sources
+from contextual_assets.cli.ingest_runs import collect_sources, ingest_partitions, register_sources
 from contextual_assets.definitions import build_definitions
 from contextual_assets.defs.resources import build_resources
 from contextual_assets.lifecycle.coverage import production_lag

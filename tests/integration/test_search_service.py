@@ -422,7 +422,7 @@ def test_ctx_search_uses_a_running_ctx_serve_without_torch_or_dagster(tmp_path, 
     store.close()
     with ctx_serve(env, "tok-123") as base:
         client_env = {**env, "CTX_SEARCH_URL": base, "CTX_SEARCH_TOKEN": "tok-123"}
-        probe = ("import sys, json; from contextual_assets.app.cli import main; rc = main(sys.argv[1:]); "
+        probe = ("import sys, json; from contextual_assets.cli.main import main; rc = main(sys.argv[1:]); "
                  "print(json.dumps({'rc': rc, 'loaded': sorted(m for m in ('torch', 'dagster', 'duckdb', "
                  "'sentence_transformers') if m in sys.modules)}), file=sys.stderr)")
         result = subprocess.run([sys.executable, "-c", probe, "search", "hotel per night in London", "-k", "2",
@@ -433,34 +433,34 @@ def test_ctx_search_uses_a_running_ctx_serve_without_torch_or_dagster(tmp_path, 
         assert answer["index_version"] == "iv-one" and {"alias", "reranked", "took_ms"} <= set(answer)
         assert answer["hits"][0]["document"] == "handbook.pdf" and answer["hits"][0]["index_version"] == "iv-one"
 
-        narrowed = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel per night",
+        narrowed = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", "search", "hotel per night",
                                    "-k", "3", "--path-prefix", "code/", "--json"], env=client_env, cwd=REPO_ROOT,
                                   capture_output=True, text=True, timeout=120)
         assert narrowed.returncode == 0, narrowed.stderr
         assert [h["document"] for h in json.loads(narrowed.stdout)["hits"]] == ["code/rate_limiter.py"] * 2
-        backwards = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel",
+        backwards = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", "search", "hotel",
                                     "--pages", "7-3"], env=client_env, cwd=REPO_ROOT, capture_output=True, text=True,
                                    timeout=120)
         assert backwards.returncode == 2 and backwards.stderr.strip() == \
             "error: --pages '7-3': 7 is after 3; give FROM-TO with FROM <= TO", backwards.stderr
-        huge = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel", "--pages",
+        huge = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", "search", "hotel", "--pages",
                                f"{10**40}-"], env=client_env, cwd=REPO_ROOT, capture_output=True, text=True,
                               timeout=120)
         assert huge.returncode == 2 and huge.stderr == f"error: --pages '{10**40}-': page numbers run from 1 to " \
             "2147483647\n", huge.stderr
         # The service's own 422 (k over its CTX_SERVE_MAX_K, which the client cannot know) is one line too.
-        over_k = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel", "-k",
+        over_k = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", "search", "hotel", "-k",
                                  str(10**40)], env=client_env, cwd=REPO_ROOT, capture_output=True, text=True,
                                 timeout=120)
         assert over_k.returncode == 2 and over_k.stderr.count("\n") == 1, over_k.stderr
         assert "answered 422" in over_k.stderr and "CTX_SERVE_MAX_K" in over_k.stderr
         # A token with a trailing newline (as a file or Secret gives it) is stripped by the client.
-        newline = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel", "-k", "1"],
+        newline = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", "search", "hotel", "-k", "1"],
                                  env={**client_env, "CTX_SEARCH_TOKEN": "tok-123\n"}, cwd=REPO_ROOT,
                                  capture_output=True, text=True, timeout=120)
         assert newline.returncode == 0 and "handbook.pdf" in newline.stdout, newline.stderr
 
-        refused = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "search", "hotel"],
+        refused = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", "search", "hotel"],
                                  env={**client_env, "CTX_SEARCH_TOKEN": "wrong"}, cwd=REPO_ROOT, capture_output=True,
                                  text=True, timeout=120)
         assert refused.returncode == 2 and "401" in refused.stderr

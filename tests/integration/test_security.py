@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from bench.sim import FleetSimulator
-from contextual_assets.app.ingest_runs import (
+from contextual_assets.cli.ingest_runs import (
     collect_sources,
     ingest_partitions,
     register_sources,
@@ -34,7 +34,7 @@ from contextual_assets.definitions import build_definitions
 from contextual_assets.defs.resources import build_resources
 from contextual_assets.store.shared import clear_store_cache
 from contextual_assets.errors import DocumentError
-from contextual_assets.ingest.document_keys import key_for_path, partition_key_for
+from contextual_assets.ingest.inbox.document_keys import key_for_path, partition_key_for
 from tests.support import REPO_ROOT, free_port, wait_until_answering
 
 # --------------------------------------------------------------------------------------------
@@ -212,7 +212,7 @@ def test_cli_never_prints_the_database_password(tmp_path, pg_server):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTX_", "DAGSTER_")) and k != "DATABASE_URL"}
     env.update({"CTX_HOME": str(tmp_path / ".ctx"), "DAGSTER_HOME": str(tmp_path / "dh"), "HF_HUB_OFFLINE": "1",
                 "DATABASE_URL": bad, "CTX_LLM_API_KEY": KEY_SECRET})
-    result = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "status"], env=env, cwd=REPO_ROOT,
+    result = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", "status"], env=env, cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 3  # a dependency down
     assert "cannot connect to Postgres" in result.stderr and "ctx_secret_user" in result.stderr
@@ -328,7 +328,7 @@ def test_ctx_serve_strips_its_token_so_a_secrets_trailing_newline_locks_nobody_o
     # The token as a file or a Kubernetes Secret gives it, through the variable CTX_SEARCH_TOKEN_ENV names.
     server_env = {**env, "CTX_SERVE_PORT": str(port), "CTX_SEARCH_TOKEN_ENV": "CTX_TEST_SERVE_TOKEN",
                   "CTX_TEST_SERVE_TOKEN": "tok-nl\n", "CTX_HEADER_SOURCE": "structural"}
-    server = subprocess.Popen([sys.executable, "-m", "contextual_assets.app.cli", "serve", "--no-access-log"],
+    server = subprocess.Popen([sys.executable, "-m", "contextual_assets.cli.main", "serve", "--no-access-log"],
                               env=server_env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
     base = f"http://127.0.0.1:{port}"

@@ -16,7 +16,7 @@ from contextual_assets.definitions import build_definitions
 from contextual_assets.defs.resources import build_resources
 from contextual_assets.defs.ingest.sensor import InboxOptions, build_new_documents_sensor
 from contextual_assets.embedding import embed_chunks
-from contextual_assets.ingest.parse import parse_document
+from contextual_assets.ingest.pipeline.parse import parse_document
 from contextual_assets.models import DocumentRecord
 from contextual_assets.parsing.tokens import token_counter
 
@@ -130,7 +130,7 @@ def test_the_sensor_ticks_at_the_first_loop_pass_after_its_interval(tmp_path, mo
     (ticks 5 or 10 s apart); one second under it, a 5 s setting ticks at every pass."""
     from contextual_assets.defs.ingest.sensor import build_new_documents_sensor
     from contextual_assets.errors import ConfigurationError
-    from contextual_assets.ingest.inbox_watch import InboxOptions
+    from contextual_assets.ingest.inbox.watcher import InboxOptions
     from contextual_assets.settings import PlatformSettings
 
     inbox = tmp_path / "inbox"
@@ -326,7 +326,7 @@ def test_a_file_being_written_is_taken_only_once_it_settles(tmp_path, settings_f
     data = harness.tick()
     assert harness.requested(data) == ["growing.md"]
     source = harness.store_resource.open().corpus.get_source("growing.md")
-    from contextual_assets.ingest.inbox import file_sha256
+    from contextual_assets.ingest.inbox.tick_plan import file_sha256
 
     assert source.file_hash == file_sha256(growing), "the whole file was taken, not the first half"
     assert harness.tick().run_requests == []
@@ -440,7 +440,7 @@ def test_the_run_retries_retryable_failures_only(tmp_path, settings_factory):
 
 
 def test_state_lives_in_the_store_and_the_cursor_stays_small(tmp_path, settings_factory):
-    from contextual_assets.ingest.inbox import (
+    from contextual_assets.ingest.inbox.tick_plan import (
         Registry,
         TickSettings,
         open_inbox,
@@ -481,7 +481,7 @@ def test_state_lives_in_the_store_and_the_cursor_stays_small(tmp_path, settings_
 
 
 def test_documents_already_ingested_are_adopted_not_ingested_again(tmp_path, settings_factory):
-    from contextual_assets.app.ingest_runs import (
+    from contextual_assets.cli.ingest_runs import (
         collect_sources,
         ingest_partitions,
         register_sources,
@@ -552,7 +552,7 @@ def test_a_retry_of_the_step_skips_documents_its_failed_attempt_committed(tmp_pa
     import dataclasses
 
     from contextual_assets.lifecycle.build_targets import current_target
-    from contextual_assets.ingest.run_plan import uncommitted
+    from contextual_assets.ingest.pipeline.run_plan import uncommitted
 
     inbox = inbox_with(tmp_path, "a.md", "b.md", "c.md")
     harness = Harness(settings_factory(), tmp_path / "dagster_home")

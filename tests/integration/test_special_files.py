@@ -39,7 +39,7 @@ def test_fifo_and_socket_are_refused_at_once_and_the_rest_is_ingested(backend, t
 
     try:
         ingest = subprocess.run(
-            [sys.executable, "-m", "contextual_assets.app.cli", "ingest", str(named_fifo), str(notes), str(docs),
+            [sys.executable, "-m", "contextual_assets.cli.main", "ingest", str(named_fifo), str(notes), str(docs),
              "--json"], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"`ctx ingest` hung on a FIFO for {HANG_GUARD_S} s; stderr: {str(exc.stderr)[-2000:]}")
@@ -67,7 +67,7 @@ def test_only_a_fifo_named_is_refused_without_running_anything(tmp_path, env):
     named_fifo = tmp_path / "incoming.pdf"
     os.mkfifo(named_fifo)
     try:
-        ingest = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "ingest", str(named_fifo)],
+        ingest = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", "ingest", str(named_fifo)],
                                 env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
     except subprocess.TimeoutExpired:
         pytest.fail(f"`ctx ingest` hung on a FIFO for {HANG_GUARD_S} s")
@@ -81,7 +81,7 @@ def test_the_inbox_listing_and_the_hash_refuse_a_fifo_without_opening_it(tmp_pat
     """The sensor's listing names a FIFO for what it is (not "an empty file"), and the hash that registers a
     file refuses one swapped in after selection, at once: both decide from the mode, never block."""
     from contextual_assets.errors import DocumentError
-    from contextual_assets.ingest.inbox_listing import LocalInbox, file_sha256
+    from contextual_assets.ingest.inbox.listing import LocalInbox, file_sha256
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()

@@ -55,8 +55,8 @@ class Deployment(DagsterDeployment):
 def deployment(tmp_path_factory):
     import dagster as dg
 
-    from contextual_assets.ingest.document_keys import partition_key_for
-    from contextual_assets.ingest.inbox import file_sha256
+    from contextual_assets.ingest.inbox.document_keys import partition_key_for
+    from contextual_assets.ingest.inbox.tick_plan import file_sha256
     from contextual_assets.models import SourceRecord
     from contextual_assets.store import open_store
 

@@ -84,7 +84,7 @@ def pytest_runtest_makereport(item, call):
 
 
 def run_demo(env: dict[str, str], cwd: Path) -> str:
-    result = subprocess.run([sys.executable, "-m", "contextual_assets.app.demo"], env=env, cwd=cwd,
+    result = subprocess.run([sys.executable, "-m", "contextual_assets.cli.demo"], env=env, cwd=cwd,
                             capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result.stdout

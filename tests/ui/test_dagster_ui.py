@@ -81,7 +81,7 @@ def ui(tmp_path_factory):
 
     import dagster as dg
 
-    from contextual_assets.app.ingest_runs import register_sources
+    from contextual_assets.cli.ingest_runs import register_sources
 
     docs = root / "docs"
     sources = []
@@ -339,7 +339,7 @@ def test_eval_gate_per_document_then_a_one_document_regression_blocks(ui, page):
         planted = derive_version(store, embedder, production, remove_evidence(lost), name="one_document_lost")
     finally:
         store.close()
-    evaluated = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "eval", "--version", planted,
+    evaluated = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", "eval", "--version", planted,
                                 "--json"], env=ui.env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert evaluated.returncode == 1, evaluated.stderr[-3000:]
     report = json.loads(evaluated.stdout)

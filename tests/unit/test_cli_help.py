@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from contextual_assets.app.cli import EXIT_CODES_HELP, build_parser
+from contextual_assets.cli.main import EXIT_CODES_HELP, build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def test_eval_and_status_take_json():
 
 def test_library_debug_logs_stay_off_stdout_and_below_warning():
     # bm25s sets DEBUG on its own logger: a library doing that must not reach stdout, nor stderr below WARNING.
-    probe = ("import logging; from contextual_assets.app.cli import configure_logging; "
+    probe = ("import logging; from contextual_assets.cli.main import configure_logging; "
              "lib = logging.getLogger('somelib'); lib.setLevel(logging.DEBUG); configure_logging(); "
              "lib.debug('debug-line'); lib.info('info-line'); lib.warning('warning-line'); "
              "logging.getLogger('bm25s').debug('bm25s-line')")
@@ -70,7 +70,7 @@ def test_library_debug_logs_stay_off_stdout_and_below_warning():
 def test_version_is_the_installed_distributions_and_search_keeps_its_own_version_option():
     from importlib.metadata import version
 
-    result = subprocess.run([sys.executable, "-m", "contextual_assets.app.cli", "--version"], cwd=REPO,
+    result = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", "--version"], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout == f"ctx {version('contextual-retrieval-platform')}\n"
     # After the command, --version is still `ctx search`'s index version.
@@ -83,7 +83,7 @@ def test_version_is_the_installed_distributions_and_search_keeps_its_own_version
     ("7-3", "7 is after 3"), ("3", "give FROM-TO"), ("-", "give FROM-TO"), ("", "give FROM-TO"),
     ("-3-5", "give FROM-TO")])
 def test_a_bad_pages_value_is_one_line_naming_the_option_and_exit_2(pages, says, monkeypatch, capsys, tmp_path):
-    from contextual_assets.app.cli import main
+    from contextual_assets.cli.main import main
 
     monkeypatch.delenv("CTX_SEARCH_URL", raising=False)
     monkeypatch.setenv("CTX_HOME", str(tmp_path))
@@ -93,7 +93,7 @@ def test_a_bad_pages_value_is_one_line_naming_the_option_and_exit_2(pages, says,
 
 
 def test_serve_refuses_an_open_address_without_a_token(monkeypatch, capsys, tmp_path):
-    from contextual_assets.app.cli import main
+    from contextual_assets.cli.main import main
     from tests.support import free_port
 
     # Were the refusal missing, these settings fail fast (no database) instead of serving.

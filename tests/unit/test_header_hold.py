@@ -10,8 +10,8 @@ import time
 
 from contextual_assets.headers.base import HeaderResult
 from contextual_assets.headers.structural import structural_header
-from contextual_assets.ingest.header_stage import HeaderHold
-from contextual_assets.ingest.pipeline_types import DocumentJob
+from contextual_assets.ingest.pipeline.header_stage import HeaderHold
+from contextual_assets.ingest.pipeline.types import DocumentJob
 from contextual_assets.models import Chunk, ParsedDocument, content_hash
 from eval_assets.header_integrity import document_header_integrity, header_integrity
 

@@ -12,7 +12,7 @@ from contextual_assets.headers.structural import (
     structural_header,
 )
 from contextual_assets.headers.validation import HeaderValidationError, validate_header
-from contextual_assets.ingest.parse import parse_document
+from contextual_assets.ingest.pipeline.parse import parse_document
 from contextual_assets.parsing.tokens import token_counter
 
 CHUNK = "The supplier pays 0.5 percent of the milestone fee per business day of delay, capped at EUR 234,000."

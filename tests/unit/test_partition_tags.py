@@ -48,7 +48,7 @@ def test_ranges_by_cost_cut_where_the_cost_evens_out():
 
 
 def test_the_first_run_is_small_and_the_rest_keep_their_cut():
-    from contextual_assets.ingest.partition_ranges import first_run_size, partition_ranges
+    from contextual_assets.ingest.inbox.partition_ranges import first_run_size, partition_ranges
 
     order = [f"k{i:02d}" for i in range(20)]
     assert partition_ranges(order, order, 16, first_run=2) == [order[:2], order[2:16], order[16:]]

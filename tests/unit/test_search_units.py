@@ -232,6 +232,6 @@ def test_an_older_versions_recorded_endpoint_gets_no_embedding_key(monkeypatch):
     ("127.0.0.1", True), ("127.0.0.9", True), ("localhost", True), ("::1", True), ("[::1]", True),
     ("0.0.0.0", False), ("::", False), ("10.1.2.3", False), ("search.example.com", False)])
 def test_which_hosts_count_as_loopback(host, loopback):
-    from contextual_assets.app.commands.serve import is_loopback
+    from contextual_assets.cli.commands.serve import is_loopback
 
     assert is_loopback(host) is loopback

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from contextual_assets.ingest.inbox import removal_guard
+from contextual_assets.ingest.inbox.tick_plan import removal_guard
 from contextual_assets.settings import PlatformSettings
 from contextual_assets.store.aliases import rollback_targets, walk_back_stack
 

@@ -20,9 +20,9 @@ from contextual_assets.defs.resources import (
     ParsingResource,
 )
 from contextual_assets.errors import ContextualError
-from contextual_assets.ingest.concurrent import ConcurrentPipelines
-from contextual_assets.ingest.pipeline import PipelineSettings, StageEvent
-from contextual_assets.ingest.run_plan import CURRENT, RunPlan, plan_run, run_pipelines, uncommitted
+from contextual_assets.ingest.pipeline.concurrent import ConcurrentPipelines
+from contextual_assets.ingest.pipeline.document_pipeline import PipelineSettings, StageEvent
+from contextual_assets.ingest.pipeline.run_plan import CURRENT, RunPlan, plan_run, run_pipelines, uncommitted
 from contextual_assets.names import CHUNK_EMBEDDINGS, CHUNK_HEADERS, INGEST_GROUP, PARSED_CHUNKS
 from contextual_assets.settings import PlatformSettings, active_settings
 from contextual_assets.store import ChunkStore

@@ -11,8 +11,8 @@ from contextual_assets.fleet.metrics_timeline import MetricsSampler, MetricsTime
 from contextual_assets.fleet.capacity import concurrency_limit
 from contextual_assets.headers.openai_source import OpenAIHeaderSource
 from contextual_assets.headers.run_stats import HeaderRunStats
-from contextual_assets.ingest.pipeline import DocumentJob, StageEvent, mean_header_words
-from contextual_assets.ingest.run_plan import RunPlan
+from contextual_assets.ingest.pipeline.document_pipeline import DocumentJob, StageEvent, mean_header_words
+from contextual_assets.ingest.pipeline.run_plan import RunPlan
 
 
 class HeaderMetadata:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from contextual_assets.ingest.partition_ranges import partition_ranges
+from contextual_assets.ingest.inbox.partition_ranges import partition_ranges
 from contextual_assets.names import (  # noqa: F401 - the range tags are read from here too
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,

@@ -1,7 +1,7 @@
 """`new_documents`: the inbox (a folder or an object-store prefix) drives the `documents` partitions.
 
 The tick itself (listing, settling, retries, give-ups) is `InboxWatcher` in the library
-(`contextual_assets/ingest/inbox_watch.py`); this sensor hands it the partitions and Dagster's run
+(`contextual_assets/ingest/inbox/watcher.py`); this sensor hands it the partitions and Dagster's run
 history, and turns its outcome into run and partition requests. Removals it holds back (too many at once:
 `CTX_INBOX_MAX_REMOVE`, `CTX_INBOX_MAX_REMOVE_SHARE`) are a warning in the tick's log and, when the tick
 requests no run, its skip reason, in the UI's tick history, until `ctx inbox confirm-removals`.
@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from contextual_assets.defs.resources import ChunkStoreResource
-from contextual_assets.ingest.inbox_watch import RUN_KEY_TAG, FailedRun, InboxOptions, InboxWatcher, RunSpec
+from contextual_assets.ingest.inbox.watcher import RUN_KEY_TAG, FailedRun, InboxOptions, InboxWatcher, RunSpec
 from contextual_assets.lifecycle.commit_reconcile import recover_dead_runs
 from contextual_assets.names import CHUNK_EMBEDDINGS, INGEST_JOB
 from contextual_assets.settings import active_settings

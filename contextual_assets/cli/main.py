@@ -1,7 +1,7 @@
 """`ctx`: ingest, search and status from the command line, through the same Dagster definitions,
 instance and store as the UI. Settings come from the environment (see README).
 
-Each command is a module under `contextual_assets.app.commands` (`add_arguments(parser)`, `run(args)`),
+Each command is a module under `contextual_assets.cli.commands` (`add_arguments(parser)`, `run(args)`),
 imported only when that command is parsed and run: `ctx search` loads neither Dagster nor torch."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _NOISY_LOGGERS = {"bm25s": logging.WARNING, "sentence_transformers": logging.WAR
                   "urllib3": logging.WARNING, "huggingface_hub": logging.WARNING, "filelock": logging.WARNING,
                   "psycopg.pool": logging.ERROR}
 
-# Each command, in `ctx --help` order: its module under contextual_assets.app.commands, and its help.
+# Each command, in `ctx --help` order: its module under contextual_assets.cli.commands, and its help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("ingest", "ingest files or folders through the Dagster assets"),
     "search": ("search", "search the index"),
@@ -62,7 +62,7 @@ def configure_logging() -> None:
 
 def command_module(name: str) -> ModuleType:
     """The module that defines and runs `ctx <name>` (imported on first use)."""
-    return importlib.import_module(f"contextual_assets.app.commands.{COMMANDS[name][0]}")
+    return importlib.import_module(f"contextual_assets.cli.commands.{COMMANDS[name][0]}")
 
 
 def build_parser(with_arguments: Iterable[str] | None = None) -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ import queue
 import threading
 from collections.abc import Iterator
 
-from .pipeline import DocumentPipeline, StageEvent
+from contextual_assets.ingest.pipeline.document_pipeline import DocumentPipeline, StageEvent
 
 
 class ConcurrentPipelines:

@@ -31,7 +31,7 @@ from eval_assets.diagnostics import header_diagnostics, header_sample, remembere
 from eval_assets.gold.gold_set import GoldSet
 from eval_assets.header_integrity import header_integrity
 
-from .retrieval_eval import EvaluationConfig, prepare, refusal
+from eval_assets.defs.retrieval_eval import EvaluationConfig, prepare, refusal
 
 
 @dg.asset(

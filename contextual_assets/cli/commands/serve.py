@@ -9,7 +9,7 @@ import sys
 
 import uvicorn
 
-from contextual_assets.app.cli import EXIT_OK, EXIT_USAGE
+from contextual_assets.cli.main import EXIT_OK, EXIT_USAGE
 from contextual_assets.serving.app import ACCESS_LOG, create_app
 from contextual_assets.serving.client import token_from_env
 from contextual_assets.serving.service import service_from_settings

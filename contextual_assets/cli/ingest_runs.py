@@ -14,10 +14,10 @@ import dagster as dg
 from pydantic import BaseModel
 
 from contextual_assets.defs.ingest.partitions import documents_partitions, range_run_tags
-from contextual_assets.ingest.file_selection import collect_sources  # noqa: F401 (ingest callers pick files here)
-from contextual_assets.ingest.inbox import file_sha256
-from contextual_assets.ingest.partition_ranges import partition_ranges
-from contextual_assets.ingest.pipeline import local_file_size
+from contextual_assets.ingest.inbox.file_selection import collect_sources  # noqa: F401 (ingest callers pick files here)
+from contextual_assets.ingest.inbox.tick_plan import file_sha256
+from contextual_assets.ingest.inbox.partition_ranges import partition_ranges
+from contextual_assets.ingest.pipeline.document_pipeline import local_file_size
 from contextual_assets.lifecycle.commit_reconcile import recover_dead_runs  # noqa: F401 (ctx commands call it here)
 from contextual_assets.lifecycle.run_liveness import this_process_tags
 from contextual_assets.models import SourceRecord

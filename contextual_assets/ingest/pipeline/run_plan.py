@@ -12,9 +12,9 @@ from contextual_assets.lifecycle.build_targets import BuildTarget, current_targe
 from contextual_assets.parsing.config import ParsingConfig
 from contextual_assets.store import ChunkStore
 
-from .concurrent import ConcurrentPipelines
-from .header_stage import HeaderHold
-from .pipeline import DocumentPipeline, PipelineSettings
+from contextual_assets.ingest.pipeline.concurrent import ConcurrentPipelines
+from contextual_assets.ingest.pipeline.header_stage import HeaderHold
+from contextual_assets.ingest.pipeline.document_pipeline import DocumentPipeline, PipelineSettings
 
 CURRENT = "current"
 

@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from contextual_assets.errors import ContextualError
-from contextual_assets.ingest.pipeline_types import DocumentJob, PipelineSettings, Stage, StageEvent
+from contextual_assets.ingest.pipeline.types import DocumentJob, PipelineSettings, Stage, StageEvent
 
 DONE = (float("inf"), 0)  # the end of a queue; sorts after every (document, chunk) in the embedding queue
 

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from contextual_assets.app.cli import main as ctx_main
+from contextual_assets.cli.main import main as ctx_main
 from contextual_assets.platform import Platform
 from contextual_assets.samples import (
     SAMPLE_QUERIES,

@@ -4,7 +4,7 @@ import dagster as dg
 
 from contextual_assets.names import CANDIDATE_EVALUATION, EVALUATE_AND_PROMOTE_JOB, PROMOTED_INDEX, RETRIEVAL_EVAL
 
-from .assets import production_freshness
+from eval_assets.defs.assets import production_freshness
 
 
 @dg.definitions

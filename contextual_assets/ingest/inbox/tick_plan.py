@@ -1,5 +1,5 @@
-"""One tick of the `new_documents` sensor (`plan_tick`): what it does about each entry of the inbox
-listing (`inbox_listing`): a new or changed file is taken once it has settled, a file that is gone is
+"""The plan of a sensor tick (`plan_tick`), a pure function: what to do about each entry of the inbox
+listing (`listing`): a new or changed file is taken once it has settled, a file that is gone is
 removed, a refused one is logged once. The sensor applies the plan (partitions, runs, store).
 
 Removals are guarded (`removal_guard`): a tick in which more documents are missing from the listing than
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from contextual_assets.ingest.inbox_listing import (
+from contextual_assets.ingest.inbox.listing import (
     Inbox,
     InboxUnavailable,
     ListedFile,

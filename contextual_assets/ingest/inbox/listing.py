@@ -11,8 +11,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from contextual_assets.errors import ContextualError, DocumentError
-from contextual_assets.ingest.document_keys import key_for_path, partition_key_for
-from contextual_assets.ingest.file_selection import is_hidden, special_kind, unsupported
+from contextual_assets.ingest.inbox.document_keys import key_for_path, partition_key_for
+from contextual_assets.ingest.inbox.file_selection import is_hidden, special_kind, unsupported
 from contextual_assets.parsing.objects import (
     SourceUnavailableError,
     filesystem_for,

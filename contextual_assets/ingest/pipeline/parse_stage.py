@@ -10,9 +10,9 @@ from pathlib import Path
 
 from contextual_assets.errors import DocumentError
 from contextual_assets.headers.context import header_requests
-from contextual_assets.ingest.parse import parse_document, parse_metadata
-from contextual_assets.ingest.pipeline_state import DONE, PipelineState
-from contextual_assets.ingest.pipeline_types import StageEvent, largest_first, local_file_size
+from contextual_assets.ingest.pipeline.parse import parse_document, parse_metadata
+from contextual_assets.ingest.pipeline.state import DONE, PipelineState
+from contextual_assets.ingest.pipeline.types import StageEvent, largest_first, local_file_size
 from contextual_assets.models import ParsedDocument
 from contextual_assets.parsing.objects import (
     SourceUnavailableError,

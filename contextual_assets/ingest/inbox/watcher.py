@@ -29,7 +29,7 @@ from contextual_assets.settings import PlatformSettings
 from contextual_assets.store import ChunkStore
 from contextual_assets.store.inbox_state import HeldRemoval, InboxEntryRow
 
-from .inbox import (
+from contextual_assets.ingest.inbox.tick_plan import (
     InboxUnavailable,
     Registry,
     TickPlan,
@@ -39,7 +39,7 @@ from .inbox import (
     plan_tick,
     run_key_part,
 )
-from .partition_ranges import first_run_size, partition_ranges
+from contextual_assets.ingest.inbox.partition_ranges import first_run_size, partition_ranges
 
 TRIGGER_TAG, INBOX_TAG, RUN_KEY_TAG = "ctx/trigger", "ctx/inbox", "ctx/run_key"
 # Failed runs are looked up from a little before the newest one already seen: run storage may

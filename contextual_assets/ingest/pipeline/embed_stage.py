@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass
 
 from contextual_assets.embedding import Embedder, embedding_text
-from contextual_assets.ingest.pipeline_state import DONE, PipelineState, take_batch
-from contextual_assets.ingest.pipeline_types import DocumentJob
+from contextual_assets.ingest.pipeline.state import DONE, PipelineState, take_batch
+from contextual_assets.ingest.pipeline.types import DocumentJob
 
 
 @dataclass

@@ -9,8 +9,8 @@ from typing import Any
 
 from contextual_assets.embedding import Embedder
 from contextual_assets.errors import StaleDocumentError
-from contextual_assets.ingest.pipeline_state import DONE, PipelineState, error_text, take_batch
-from contextual_assets.ingest.pipeline_types import DocumentJob, StageEvent
+from contextual_assets.ingest.pipeline.state import DONE, PipelineState, error_text, take_batch
+from contextual_assets.ingest.pipeline.types import DocumentJob, StageEvent
 from contextual_assets.models import DocumentRecord, EmbeddedChunk, HeaderedChunk
 from contextual_assets.store import ChunkStore
 

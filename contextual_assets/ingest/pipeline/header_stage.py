@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextual_assets.headers.base import HeaderRequest, HeaderResult, HeaderSource
-from contextual_assets.ingest.pipeline_state import DONE, PipelineState, error_text
-from contextual_assets.ingest.pipeline_types import DocumentJob, StageEvent, header_work
+from contextual_assets.ingest.pipeline.state import DONE, PipelineState, error_text
+from contextual_assets.ingest.pipeline.types import DocumentJob, StageEvent, header_work
 from contextual_assets.models import ParsedDocument
 from eval_assets.header_integrity import PER_HEADER_SIGNALS, document_header_integrity
 

@@ -12,9 +12,9 @@ import json
 import time
 from datetime import datetime, timezone
 
-from contextual_assets.app.cli import EXIT_OK
+from contextual_assets.cli.main import EXIT_OK
 from contextual_assets.errors import ContextualError
-from contextual_assets.ingest.inbox_listing import open_inbox
+from contextual_assets.ingest.inbox.listing import open_inbox
 from contextual_assets.platform import Platform
 from contextual_assets.settings import PlatformSettings
 from contextual_assets.store.inbox_state import HeldRemoval

@@ -12,7 +12,7 @@ from pathlib import Path
 from contextual_assets.errors import DocumentError
 from contextual_assets.parsing import SUPPORTED_EXTENSIONS
 
-from .document_keys import document_key, key_for_path
+from contextual_assets.ingest.inbox.document_keys import document_key, key_for_path
 
 _ACCEPTED = frozenset(SUPPORTED_EXTENSIONS)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import dagster as dg
 from tqdm import tqdm
 
-from contextual_assets.app.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from contextual_assets.app.ingest_runs import (
+from contextual_assets.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from contextual_assets.cli.ingest_runs import (
     PartitionOutcome,
     collect_sources,
     ensure_dagster_home,

@@ -11,9 +11,9 @@ import sys
 
 import dagster as dg
 
-from contextual_assets.app.cli import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
-from contextual_assets.app.evaluation_runs import BLOCKING_CHECKS, EvaluationOutcome, evaluate_and_promote, failure_flag
-from contextual_assets.app.ingest_runs import ensure_dagster_home, failure_cause, failure_message, recover_dead_runs
+from contextual_assets.cli.main import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from contextual_assets.cli.evaluation_runs import BLOCKING_CHECKS, EvaluationOutcome, evaluate_and_promote, failure_flag
+from contextual_assets.cli.ingest_runs import ensure_dagster_home, failure_cause, failure_message, recover_dead_runs
 from contextual_assets.definitions import build_definitions
 from contextual_assets.errors import ConfigurationError, ContextualError, DependencyUnavailable
 from contextual_assets.names import CANDIDATE_EVALUATION

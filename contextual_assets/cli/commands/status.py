@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from contextual_assets.app.cli import EXIT_OK
+from contextual_assets.cli.main import EXIT_OK
 from contextual_assets.lifecycle.status import DeploymentStatus, deployment_status
 from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.platform import Platform

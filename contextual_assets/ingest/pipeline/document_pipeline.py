@@ -27,12 +27,12 @@ from typing import Any
 
 from contextual_assets.embedding import Embedder
 from contextual_assets.headers.base import HeaderSource
-from contextual_assets.ingest.commit_stage import CommitStage
-from contextual_assets.ingest.embed_stage import EmbedStage
-from contextual_assets.ingest.header_stage import HeaderStage
-from contextual_assets.ingest.parse_stage import ParseStage
-from contextual_assets.ingest.pipeline_state import DONE, PipelineState
-from contextual_assets.ingest.pipeline_types import (
+from contextual_assets.ingest.pipeline.commit_stage import CommitStage
+from contextual_assets.ingest.pipeline.embed_stage import EmbedStage
+from contextual_assets.ingest.pipeline.header_stage import HeaderStage
+from contextual_assets.ingest.pipeline.parse_stage import ParseStage
+from contextual_assets.ingest.pipeline.state import DONE, PipelineState
+from contextual_assets.ingest.pipeline.types import (
     DocumentJob,
     PipelineSettings,
     Stage,

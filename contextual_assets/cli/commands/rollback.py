@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from contextual_assets.app.cli import EXIT_OK
+from contextual_assets.cli.main import EXIT_OK
 from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.platform import Platform
 from contextual_assets.settings import PlatformSettings

@@ -9,7 +9,7 @@ import sys
 
 from pydantic import ValidationError
 
-from contextual_assets.app.cli import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from contextual_assets.cli.main import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from contextual_assets.models import MAX_PAGE, ChunkFilter
 from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.serving.api import SearchRequest, SearchResponse

@@ -1,0 +1,1 @@
+"""The evaluation's Dagster definitions."""
