@@ -77,7 +77,7 @@ def base_chunks(datasets: Path = DATASETS) -> list[BaseChunk]:
 
 def embed_cached(texts: list[str], cache: Path = CACHE) -> np.ndarray:
     """MiniLM vectors of `texts` (L2-normalised float32), through the project's own embedder; cached."""
-    from contextual_assets.embedding import EmbedderCatalog
+    from contextual_assets.embedder_config import EmbedderCatalog
 
     catalog = EmbedderCatalog()
     key = hashlib.sha256(json.dumps([catalog.identity(), texts]).encode()).hexdigest()[:16]

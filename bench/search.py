@@ -97,7 +97,7 @@ def ctx_command(*args: str) -> list[str]:
 
 
 def load_store(backend: str, work: Workload, url: str | None, workdir: Path) -> dict:
-    from contextual_assets.embedding import EmbedderCatalog
+    from contextual_assets.embedder_config import EmbedderCatalog
     from contextual_assets.store import open_store
 
     embedders = EmbedderCatalog()

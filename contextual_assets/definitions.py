@@ -19,7 +19,8 @@ from pathlib import Path
 import dagster as dg
 
 import eval_assets.defs
-from contextual_assets.settings import PlatformSettings, settings_scope
+from contextual_assets.configuration import settings_scope
+from contextual_assets.settings import PlatformSettings
 
 PROJECT_ROOT = Path(__file__).parent.parent
 

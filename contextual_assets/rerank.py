@@ -12,22 +12,21 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import ClassVar
 
-from pydantic import BaseModel, PrivateAttr
+from pydantic import PrivateAttr
 
 from contextual_assets.embedding import (
     embedding_text,
     offline_environment,
     torch_device,
 )
+from contextual_assets.configuration import configured_by
 from contextual_assets.errors import (
     ConfigurationError,
     ContextualError,
     DependencyUnavailable,
 )
 from contextual_assets.models import SearchHit
-from contextual_assets.settings import PlatformSettings
 
 
 class RerankError(ContextualError):
@@ -125,20 +124,10 @@ def configured_reranker(base_url: str, model: str, model_dir: str, api_key_env: 
     return None
 
 
-class RerankerConfig(BaseModel):
+class RerankerConfig(configured_by("reranker")):
     """The optional rerank stage: an OpenAI-compatible `/v1/rerank` endpoint (vLLM serving a
     cross-encoder) or a local cross-encoder directory; neither set means no reranker."""
 
-    base_url: str = ""
-    model: str = ""
-    model_dir: str = ""
-    api_key_env: str = PlatformSettings.default("rerank_api_key_env")
-    candidates: int = PlatformSettings.default("rerank_candidates")
-    device: str = PlatformSettings.default("embed_device")
-
-    SETTINGS: ClassVar[dict[str, str]] = {"base_url": "rerank_base_url", "model": "rerank_model",
-                                          "model_dir": "rerank_model_dir", "api_key_env": "rerank_api_key_env",
-                                          "candidates": "rerank_candidates", "device": "embed_device"}
     _reranker: Reranker | None = PrivateAttr(default=None)
 
     def get(self) -> Reranker | None:

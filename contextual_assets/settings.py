@@ -1,132 +1,276 @@
-"""Platform settings: one pydantic-settings model, the single place where every default is written.
+"""Platform settings, each declared once: its variable, type, default, bounds, meaning, what it accepts,
+which configuration fields it sets and whether its value differs per deployment (`setting`).
 
-Read from the environment (`CTX_*`, and `DATABASE_URL`), so the CLI, the Dagster code location and
-the benchmarks in two shells with the same environment see the same index. A bad value is a
-`ConfigurationError` whose one-line message names the variable and what it accepts.
+Everything else is derived from these declarations (`contextual_assets/configuration.py`): the fields of
+the configuration objects and of the Dagster resources that adapt them, the `dg.EnvVar` bindings of the
+code location, the settings tables of README.md and docs/configuration.md (`python -m
+contextual_assets.settings_docs`), and the one-line error that names a bad value's variable.
+
+Read from the environment (`CTX_*`, and `DATABASE_URL`), so the CLI, the Dagster code location and the
+benchmarks in two shells with the same environment see the same index.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from pydantic import (
-    AliasChoices,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The ground floor: settings import nothing of the platform but its errors and the pure fusion model
-# (which validates CTX_FUSION_WEIGHTS); the modules that take a setting as a parameter default to it
-# from here (`PlatformSettings.default`).
+# (which validates CTX_FUSION_WEIGHTS).
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fusion import FusionWeights
 
 ENV_PREFIX = "CTX_"
 HEADER_SOURCES = ("auto", "openai", "structural", "none")
+# The configuration objects a setting may set (`sets="<group>.<field>"`).
+GROUPS = ("headers", "parsing", "embedder", "reranker", "gate", "inbox")
+
+
+def setting(default: Any, *, area: str, meaning: str, accepts: str | None = None, sets: str | tuple[str, ...] = (),
+            deployment: bool = False, env: str | AliasChoices | None = None, shown: str | None = None,
+            **bounds: Any) -> Any:
+    """One setting's declaration. `area` groups it in the README; `accepts` is said in the error for a bad
+    value (default: from its type and bounds); `sets` names the configuration fields it sets
+    ("headers.max_in_flight"); `deployment`: its value differs per deployment, so the code location
+    passes the variable (`dg.EnvVar`), not the value; `env`: its variable when not CTX_<NAME>; `shown`:
+    the default as the docs show it, when not the value itself."""
+    targets = [sets] if isinstance(sets, str) else list(sets)
+    unknown = [t for t in targets if t.partition(".")[0] not in GROUPS]
+    if unknown:
+        raise ValueError(f"setting sets {unknown}: the group must be one of {GROUPS}")
+    return Field(default, description=meaning, validation_alias=env, json_schema_extra={
+        "area": area, "accepts": accepts, "sets": targets, "deployment": deployment, "shown": shown}, **bounds)
 
 
 class PlatformSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, populate_by_name=True, str_strip_whitespace=True,
                                       extra="ignore", validate_default=True)
 
-    home: str = Field(".ctx", description="a directory for the embedded store and Dagster's home")
-    inbox: str = Field("inbox", description="the folder or object-store URL (s3://bucket/prefix, any fsspec URL) "
-                                            "the new_documents sensor watches")
-    inbox_interval_s: int = Field(5, ge=5, description="seconds >= 5 between ticks of the new_documents sensor "
-                                                       "(Dagster's sensor loop passes every 5 s)")
-    inbox_settle_s: float = Field(5.0, ge=0, description="seconds >= 0 a new or changed inbox file must stay "
-                                                         "unchanged before it is taken (0: at once)")
-    inbox_retry_limit: int = Field(3, ge=0, description="an integer >= 0 (times the sensor re-requests a document "
-                                                        "whose run failed before it gives up)")
-    inbox_retry_base_s: float = Field(60.0, ge=0, description="seconds >= 0 before the first re-request of a failed "
-                                                              "document (doubled for each further one)")
-    inbox_max_remove: int = Field(20, ge=0, description="an integer >= 0 (a sensor tick that would remove more "
-                                                        "documents than this removes none until `ctx inbox "
-                                                        "confirm-removals`)")
-    inbox_max_remove_share: float = Field(0.2, ge=0, le=1, description="a share from 0 to 1 of the inbox's "
-                                          "documents one tick may remove (at least one; removing all of them is "
-                                          "held too, unless 1); a tick over it removes none until confirmed")
-    ingest_retries: int = Field(2, ge=0, description="an integer >= 0 (in-run retries of an ingest step that "
-                                                     "failed for a retryable reason)")
-    ingest_retry_delay_s: float = Field(10.0, ge=0, description="seconds >= 0 before the first in-run retry "
-                                                                "(doubled for each further one)")
-    database_url: str = Field("", validation_alias="DATABASE_URL",
-                              description="a postgresql:// URL (empty: the embedded DuckDB file)")
-    duckdb_path: str = Field("", description="a file path (empty: <CTX_HOME>/index.duckdb)")
-    header_source: str = Field("auto", description="auto, openai, structural or none")
-    llm_base_urls: str = Field("", validation_alias=AliasChoices("CTX_LLM_BASE_URLS", "CTX_LLM_BASE_URL"),
-                               description="comma-separated http(s):// base URLs of OpenAI-compatible replicas")
-    llm_fleet_file: str = Field("", description="a YAML fleet file (replicas with caps, weights and key variables)")
-    llm_model: str = Field("", description="a served model name to pin (empty: discovered from /v1/models)")
-    llm_revision: str = Field("", description="the pinned model's revision (part of the index version)")
-    llm_allow_mixed_models: bool = Field(False, description="true or false")
-    llm_context_limit: int = Field(0, ge=0, description="a token count >= 0 (0: max_model_len from /v1/models)")
-    llm_batch_size: int = Field(1, ge=1, le=32, description="chunks per request, 1 to 32")
-    llm_sample_metrics: bool = Field(False, description="true or false")
-    llm_fallback_share: float = Field(0.05, ge=0, le=1, description="a share from 0 to 1 of a document's chunks that "
-                                      "may get a structural header when the model gives no valid one (0: none)")
-    llm_api_key_env: str = Field("CTX_LLM_API_KEY", description="the name of the variable that holds the API key")
-    llm_max_in_flight: int = Field(0, ge=0, description="a ceiling on requests in flight per replica, an integer "
-                                                        ">= 0 (0: none; each replica's useful concurrency is found "
-                                                        "from its own signals)")
-    llm_request_timeout_s: float = Field(60.0, gt=0, description="seconds > 0 to wait for a header answer "
-                                                                  "before the request is retried elsewhere")
-    embed_base_url: str = Field("", description="an OpenAI-compatible /v1 base URL (empty: the bundled MiniLM)")
-    embed_model: str = Field("", description="the embedding model served at CTX_EMBED_BASE_URL")
-    embed_api_key_env: str = Field("CTX_EMBED_API_KEY", description="the name of the variable that holds the key")
-    embed_model_dir: str = Field("", description="a local sentence-transformers model directory (empty: the "
-                                                 "bundled all-MiniLM-L6-v2)")
-    embed_device: str = Field("auto", description="auto, cpu or cuda (auto: cuda when torch sees a GPU)")
-    fusion_weights_json: str = Field(FusionWeights().model_dump_json(exclude={"candidates"}),
-                                     validation_alias="CTX_FUSION_WEIGHTS",
-                                     description='a JSON object of list weights, e.g. {"dense": 0.5, "lexical": 1.0}')
-    rerank_base_url: str = Field("", description="an OpenAI-compatible base URL serving POST /v1/rerank (vLLM)")
-    rerank_model: str = Field("", description="the reranker model name at CTX_RERANK_BASE_URL")
-    rerank_model_dir: str = Field("", description="a local sentence-transformers cross-encoder directory")
-    rerank_api_key_env: str = Field("CTX_RERANK_API_KEY", description="the name of the variable that holds the key")
-    rerank_candidates: int = Field(50, ge=1, le=200, description="fused hits sent to the reranker, 1 to 200")
-    search_url: str = Field("", description="a running `ctx serve` URL, e.g. http://127.0.0.1:8765 (empty: "
-                                            "ctx search works in-process)")
-    search_token_env: str = Field("CTX_SEARCH_TOKEN", description="the name of the variable that holds the search "
-                                                                  "service's bearer token")
-    serve_host: str = Field("127.0.0.1", description="the address `ctx serve` binds")
-    serve_port: int = Field(8765, ge=1, le=65535, description="a TCP port, 1 to 65535")
-    serve_max_k: int = Field(100, ge=1, le=1000, description="the largest k a search request may ask, 1 to 1000")
-    serve_in_memory_max_chunks: int = Field(
-        1_000_000, ge=0, description="index versions of up to this many chunks keep their BM25 postings (and, on "
-        "DuckDB, their chunk rows) in `ctx serve`'s memory; larger ones are searched in the database; 0: never")
-    serve_query_runtime: str = Field(
-        "onnx", description="onnx or torch: what embeds `ctx serve`'s queries with a local model on the CPU (onnx: "
-        "exported at its first query and used only where it gives torch's vectors)")
-    serve_max_request_bytes: int = Field(16_384, ge=256, description="the largest request body in bytes, >= 256")
-    chunk_tokens: int = Field(200, ge=1, description="an integer >= 1 (embedder tokens per chunk)")
-    context_tokens: int = Field(1000, ge=0, description="an integer >= 0 (tokens of section context per request)")
-    max_file_mb: float = Field(100.0, gt=0, description="a size in MB > 0")
-    max_pdf_pages: int = Field(2000, ge=1, description="an integer >= 1")
-    partitions_per_run: int = Field(200, ge=1, description="documents per ingest run, an integer >= 1")
-    gold_path: str = Field("", validation_alias="CTX_GOLD_FILE", description="a gold file (JSONL or YAML)")
-    source_root: str = Field("", description="a folder: files under it are keyed by their path relative to it "
-                                             "(empty: the current directory)")
-    gate_floors_json: str = Field('{"pass_at_10": 0.5, "mrr": 0.25}', validation_alias="CTX_GATE_FLOORS",
-                                  description='a JSON object of metric floors, e.g. {"pass_at_10": 0.6}')
-    gate_tolerance: float = Field(0.02, ge=0, le=1, description="a number from 0 to 1")
-    gate_max_unhealthy_share: float = Field(0.2, ge=0, le=1, description="a number from 0 to 1 (largest stale+broken "
-                                                                        "gold share a candidate may have)")
-    gate_min_coverage: float = Field(1.0, ge=0, le=1, description="a number from 0 to 1 (share of live documents "
-                                                                 "a candidate must hold at their current revision)")
-    gate_rerank: bool = Field(False, description="true or false (retrieval_eval reranks the hybrid lists with the "
-                                                 "configured reranker; part of the evaluator identity)")
-    gate_exceptions_path: str = Field("", validation_alias="CTX_GATE_EXCEPTIONS",
-                                      description="a YAML or JSONL file of reviewed exceptions")
+    # paths
+    home: str = setting(
+        ".ctx", area="paths",
+        meaning="working directory of the embedded store and `DAGSTER_HOME`")
+    duckdb_path: str = setting(
+        "", area="paths", deployment=True, shown="`$CTX_HOME/index.duckdb`",
+        meaning="DuckDB store file")
+    source_root: str = setting(
+        "", area="paths", shown="(the current directory)",
+        meaning="`ctx ingest` keys a file by its path relative to the inbox, else to this folder, else by its "
+                "absolute path")
+
+    # store
+    database_url: str = setting(
+        "", area="store", env="DATABASE_URL", shown="(unset: DuckDB)",
+        meaning="Postgres + pgvector store, e.g. `postgresql://user:pw@host/db`")
+
+    # inbox, retries
+    inbox: str = setting(
+        "inbox", area="inbox, retries", sets="inbox.inbox",
+        meaning="folder or object-store URL (`s3://bucket/prefix`, any fsspec URL) watched by the `new_documents` "
+                "sensor (see [inbox.md](inbox.md))")
+    inbox_interval_s: int = setting(
+        5, area="inbox, retries", sets="inbox.interval_s", ge=5,
+        meaning="seconds between ticks of the `new_documents` sensor (at least 5: Dagster's sensor loop passes "
+                "every 5 s, and the sensor ticks at its first pass after the interval, its minimum interval being "
+                "one second less); with the settle time it bounds how soon a dropped file starts ingesting")
+    inbox_settle_s: float = setting(
+        5.0, area="inbox, retries", sets="inbox.settle_s", ge=0,
+        meaning="seconds a new or changed inbox file must stay unchanged before it is taken (0: at once)")
+    inbox_retry_limit: int = setting(
+        3, area="inbox, retries", sets="inbox.retry_limit", ge=0,
+        meaning="times the sensor requests a document whose run failed again before it gives up")
+    inbox_retry_base_s: float = setting(
+        60.0, area="inbox, retries", sets="inbox.retry_base_s", ge=0,
+        meaning="seconds before the first such retry, doubled for each further one")
+    inbox_max_remove: int = setting(
+        20, area="inbox, retries", sets="inbox.max_remove", ge=0,
+        meaning="a tick that would remove more documents than this removes none: it warns, holds them, and removes "
+                "them at the tick after `ctx inbox confirm-removals` (0: every removal needs a confirmation); see "
+                "[inbox.md](inbox.md#guarded-deletions)")
+    inbox_max_remove_share: float = setting(
+        0.2, area="inbox, retries", sets="inbox.max_remove_share", ge=0, le=1,
+        meaning="the same, as a share of the inbox's documents: a tick may remove at most this share (but always "
+                "one document), and never all of them (1: no share limit)")
+    ingest_retries: int = setting(
+        2, area="inbox, retries", ge=0,
+        meaning="in-run retries of an ingest step that failed for a retryable reason (0: none)")
+    ingest_retry_delay_s: float = setting(
+        10.0, area="inbox, retries", ge=0,
+        meaning="seconds before the first in-run retry, doubled for each further one (with jitter)")
+
+    # ingest
+    chunk_tokens: int = setting(
+        200, area="ingest", sets="parsing.chunk_tokens", ge=1,
+        meaning="chunk budget in embedder tokens (MiniLM reads 256; room is left for the header)")
+    context_tokens: int = setting(
+        1000, area="ingest", sets="headers.context_tokens", ge=0,
+        meaning="section context sent with each chunk, trimmed around it")
+    max_file_mb: float = setting(
+        100.0, area="ingest", sets=("parsing.max_file_mb", "inbox.max_file_mb"), gt=0,
+        meaning="files larger than this many MB are refused with the reason")
+    max_pdf_pages: int = setting(
+        2000, area="ingest", sets="parsing.max_pdf_pages", ge=1,
+        meaning="PDFs with more pages than this are refused with the reason")
+    partitions_per_run: int = setting(
+        200, area="ingest", sets="inbox.partitions_per_run", ge=1,
+        meaning="document partitions per run, for backfills (the asset's backfill policy), sensor ticks and `ctx "
+                "ingest`")
+
+    # headers
+    header_source: str = setting(
+        "auto", area="headers", sets="headers.source",
+        meaning="`openai`, `structural`, `none`; `auto` = `openai` when endpoints are set, else `structural` with a"
+                " warning",
+        accepts="auto, openai, structural or none")
+    llm_base_urls: str = setting(
+        "", area="headers", sets="headers.base_urls", deployment=True, env=AliasChoices("CTX_LLM_BASE_URLS", "CTX_LLM_BASE_URL"),
+        meaning="comma-separated OpenAI-compatible base URLs (vLLM replicas, a router, a cloud API)")
+    llm_fleet_file: str = setting(
+        "", area="headers", sets="headers.fleet_file", deployment=True,
+        meaning="YAML fleet file instead of `CTX_LLM_BASE_URLS` (per-replica caps, weights, key variables)")
+    llm_model: str = setting(
+        "", area="headers", sets="headers.model", deployment=True, shown="(discovered)",
+        meaning="pin the served model name; otherwise read from `/v1/models` (embedding models skipped)")
+    llm_revision: str = setting(
+        "", area="headers", sets="headers.revision", deployment=True,
+        meaning="revision of the pinned model; part of the header-cache key and the index version")
+    llm_api_key_env: str = setting(
+        "CTX_LLM_API_KEY", area="headers", sets="headers.api_key_env",
+        meaning="*name* of the variable that holds the API key (the key is never in config or logs)")
+    llm_max_in_flight: int = setting(
+        0, area="headers", sets="headers.max_in_flight", ge=0, shown="0: none, found",
+        meaning="a ceiling on requests in flight per endpoint (0: none; the pool finds each replica's useful "
+                "concurrency)")
+    llm_request_timeout_s: float = setting(
+        60.0, area="headers", sets="headers.request_timeout_s", gt=0,
+        meaning="seconds to wait for one header answer before it is retried on another replica (raise it for slow "
+                "CPU servers or long batched answers)")
+    llm_allow_mixed_models: bool = setting(
+        False, area="headers", sets="headers.allow_mixed_models",
+        meaning="allow replicas that serve different models")
+    llm_context_limit: int = setting(
+        0, area="headers", sets="headers.context_limit", ge=0, shown="0: `max_model_len`",
+        meaning="context length to budget against (0: `max_model_len` from `/v1/models`)")
+    llm_batch_size: int = setting(
+        1, area="headers", sets="headers.batch_size", ge=1, le=32,
+        meaning="chunks per request (1 to 32), answered as JSON")
+    llm_fallback_share: float = setting(
+        0.05, area="headers", sets="headers.fallback_share", ge=0, le=1,
+        meaning="share of a document's chunks that may get their structural header when the model gives no valid "
+                "one in every attempt (counted as `fallbacks` in `chunk_headers`, never cached); past it the "
+                "document fails naming the first reason; 0: any such chunk fails its document")
+    llm_sample_metrics: bool = setting(
+        False, area="headers", sets="headers.sample_metrics",
+        meaning="sample each replica's `/metrics` into the run's metadata")
+
+    # embedding
+    embed_model_dir: str = setting(
+        "", area="embedding", sets="embedder.model_dir", deployment=True, shown="(the bundled all-MiniLM-L6-v2)",
+        meaning="a local sentence-transformers model directory; its name is the embedder identity in the index "
+                "version")
+    embed_device: str = setting(
+        "auto", area="embedding", sets=("embedder.device", "reranker.device"),
+        meaning="`auto`, `cpu`, `cuda`: where the local embedder and cross-encoder run (`auto`: the GPU when torch "
+                "sees one)",
+        accepts="auto, cpu or cuda (auto: cuda when torch sees a GPU)")
+    embed_base_url: str = setting(
+        "", area="embedding", sets="embedder.base_url", deployment=True,
+        meaning="an OpenAI-compatible `/v1/embeddings` endpoint, used instead of the local model")
+    embed_model: str = setting(
+        "", area="embedding", sets="embedder.model", deployment=True,
+        meaning="the embedding model served at `CTX_EMBED_BASE_URL`")
+    embed_api_key_env: str = setting(
+        "CTX_EMBED_API_KEY", area="embedding", sets="embedder.api_key_env",
+        meaning="*name* of the variable that holds the embedding endpoint's key")
+
+    # search
+    fusion_weights_json: str = setting(
+        FusionWeights().model_dump_json(exclude={"candidates"}), area="search", sets="gate.fusion_weights_json", env="CTX_FUSION_WEIGHTS",
+        meaning="weights of the dense and lexical lists in hybrid reciprocal-rank fusion, and its constant (chosen "
+                "on the dev half with `bench.fusion`, see [search.md](search.md#fusion)); part of the evaluator "
+                "identity",
+        accepts='a JSON object of list weights, e.g. {"dense": 0.5, "lexical": 1.0}')
+    rerank_base_url: str = setting(
+        "", area="search", sets="reranker.base_url", deployment=True,
+        meaning="an OpenAI-compatible server's `/v1/rerank` (vLLM serving a cross-encoder)")
+    rerank_model: str = setting(
+        "", area="search", sets="reranker.model", deployment=True,
+        meaning="the reranker model served at `CTX_RERANK_BASE_URL`")
+    rerank_model_dir: str = setting(
+        "", area="search", sets="reranker.model_dir", deployment=True,
+        meaning="a local sentence-transformers cross-encoder directory (loaded offline), instead of an endpoint")
+    rerank_api_key_env: str = setting(
+        "CTX_RERANK_API_KEY", area="search", sets="reranker.api_key_env",
+        meaning="*name* of the variable that holds the rerank endpoint's key")
+    rerank_candidates: int = setting(
+        50, area="search", sets="reranker.candidates", ge=1, le=200,
+        meaning="fused hits the reranker rescores (1 to 200)")
+
+    # search service
+    search_url: str = setting(
+        "", area="search service",
+        meaning="a running `ctx serve`; `ctx search` then asks it (no torch, no Dagster in the client)",
+        accepts="a running `ctx serve` URL, e.g. http://127.0.0.1:8765 (empty: ctx search works in-process)")
+    search_token_env: str = setting(
+        "CTX_SEARCH_TOKEN", area="search service",
+        meaning="*name* of the variable that holds the service's bearer token (server and client)")
+    serve_host: str = setting(
+        "127.0.0.1", area="search service",
+        meaning="the address `ctx serve` binds")
+    serve_port: int = setting(
+        8765, area="search service", ge=1, le=65535,
+        meaning="the port `ctx serve` listens on")
+    serve_max_k: int = setting(
+        100, area="search service", ge=1, le=1000,
+        meaning="the largest k a search request may ask (over it: 422)")
+    serve_max_request_bytes: int = setting(
+        16384, area="search service", ge=256,
+        meaning="the largest request body the search service takes, in bytes (over it: 413)")
+    serve_in_memory_max_chunks: int = setting(
+        1000000, area="search service", ge=0,
+        meaning="index versions of up to this many chunks keep their BM25 postings (~0.35 KB a chunk) and, on "
+                "DuckDB, their chunk rows (~1.2 KB a chunk with 380-character texts, as Python objects) in `ctx "
+                "serve`'s memory, loaded in the background (the database answers until then and whenever the "
+                "version changed since); larger ones are searched in the database; 0: never. The DuckDB vectors are"
+                " held in memory whatever their size (1.5 KB a chunk at 384 dimensions).")
+    serve_query_runtime: str = setting(
+        "onnx", area="search service",
+        meaning="what embeds `ctx serve`'s queries when the embedder is a local sentence-transformers model on the "
+                "CPU: `onnx` exports the model to onnxruntime when its first query arrives and uses it only if it "
+                "gives torch's vectors on probe texts (else torch, with a warning); `torch` always. onnxruntime "
+                "embeds a query in 6 ms against torch's 15 on one core.",
+        accepts="onnx or torch")
+
+    # evaluation
+    gold_path: str = setting(
+        "", area="evaluation", sets="gate.gold_path", deployment=True, env="CTX_GOLD_FILE",
+        meaning="gold set for `retrieval_eval`")
+    gate_floors_json: str = setting(
+        '{"pass_at_10": 0.5, "mrr": 0.25}', area="evaluation", sets="gate.floors_json", env="CTX_GATE_FLOORS",
+        meaning="floors every candidate must meet, first promotion included (see [evaluation.md](evaluation.md))",
+        accepts='a JSON object of metric floors, e.g. {"pass_at_10": 0.6}')
+    gate_tolerance: float = setting(
+        0.02, area="evaluation", sets="gate.tolerance", ge=0, le=1,
+        meaning="allowed drop per metric against production (at least one task's worth; a significant drop blocks "
+                "too)")
+    gate_max_unhealthy_share: float = setting(
+        0.2, area="evaluation", sets="gate.max_unhealthy_share", ge=0, le=1,
+        meaning="largest stale+broken gold share a candidate may have")
+    gate_min_coverage: float = setting(
+        1.0, area="evaluation", sets="gate.min_coverage", ge=0, le=1,
+        meaning="share of live documents a candidate must hold at their current revision")
+    gate_rerank: bool = setting(
+        False, area="evaluation", sets="gate.rerank",
+        meaning="`retrieval_eval` reranks the hybrid lists with the configured reranker (part of the evaluator "
+                "identity)")
+    gate_exceptions_path: str = setting(
+        "", area="evaluation", sets="gate.exceptions_path", deployment=True, env="CTX_GATE_EXCEPTIONS",
+        meaning="reviewed exceptions file (scoped to a version or header model, an evaluator, an expiry date)")
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -192,28 +336,30 @@ class PlatformSettings(BaseSettings):
 
     @classmethod
     def default(cls, name: str) -> Any:
-        """A setting's default, for the resources and functions that take it as a parameter."""
+        """A setting's default, for the functions that take it as a parameter."""
         return cls.model_fields[name].default
 
 
-def fields_from(settings: PlatformSettings, mapping: Mapping[str, str]) -> dict[str, Any]:
-    """A configuration's fields from `settings`: `mapping` is field name -> setting name."""
-    return {field: getattr(settings, name) for field, name in mapping.items()}
+def declaration(name: str) -> dict[str, Any]:
+    """What `setting` recorded for field `name` (area, accepts, sets, deployment, shown)."""
+    return dict(PlatformSettings.model_fields[name].json_schema_extra or {})
 
 
-@contextmanager
-def settings_scope(settings: PlatformSettings) -> Iterator[None]:
-    """Within the block, `active_settings()` is `settings` (definitions built for given settings)."""
-    token = _ACTIVE.set(settings)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
-
-
-def active_settings() -> PlatformSettings:
-    """The settings of the `settings_scope` around the caller, else the environment's."""
-    return _ACTIVE.get() or PlatformSettings.from_env()
+def accepts(name: str) -> str:
+    """What setting `name` accepts, in words: declared, else from its type and bounds."""
+    field = PlatformSettings.model_fields[name]
+    said = declaration(name).get("accepts")
+    if said:
+        return said
+    if field.annotation is bool:
+        return "true or false"
+    if field.annotation not in (int, float):
+        return field.description or "a string"
+    noun = "seconds" if name.endswith("_s") else "an integer" if field.annotation is int else "a number"
+    bounds = {k: getattr(m, k) for m in field.metadata for k in ("ge", "gt", "le", "lt") if hasattr(m, k)}
+    if "ge" in bounds and "le" in bounds:
+        return f"{noun} from {bounds['ge']:g} to {bounds['le']:g}"
+    return " ".join([noun, *(f"{op} {bounds[k]:g}" for k, op in (("ge", ">="), ("gt", ">")) if k in bounds)])
 
 
 def env_names(name: str) -> list[str]:
@@ -243,10 +389,7 @@ def describe_errors(exc: ValidationError, given: dict[str, Any]) -> str:
             variable = name  # passed in code, not through the environment
         else:
             variable = next((v for v in env_names(name) if v in os.environ), env_names(name)[0])
-        accepts = f"; expected {fields[name].description}" if name in fields and fields[name].description else ""
+        expected = f"; expected {accepts(name)}" if name in fields else ""
         message = error["msg"].removeprefix("Value error, ")
-        problems.append(f"{variable}={error.get('input')!r} is not valid ({message}){accepts}")
+        problems.append(f"{variable}={error.get('input')!r} is not valid ({message}){expected}")
     return "; ".join(problems)
-
-
-_ACTIVE: ContextVar[PlatformSettings | None] = ContextVar("ctx_active_settings", default=None)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from contextual_assets.cli.main import main as ctx_main
-from contextual_assets.platform import Platform
+from contextual_assets.deployment import configured_deployment
 from contextual_assets.samples import (
     SAMPLE_QUERIES,
     sample_gold_file,
@@ -36,10 +36,10 @@ def main() -> int:
     for query, _ in SAMPLE_QUERIES[:3]:
         print(f"\n$ ctx search {query!r} -k 3")
         ctx_main(["search", query, "-k", "3"])
-    platform = Platform(settings)
-    store = platform.store
-    embedder = platform.embedder.get()
-    version = platform.current_index_version()
+    deployment = configured_deployment(settings)
+    store = deployment.store
+    embedder = deployment.embedder.get()
+    version = deployment.current_index_version()
     found = 0
     for query, expected in SAMPLE_QUERIES:
         hits = store.search.hybrid(query, embedder.embed([query])[0], version, 3)

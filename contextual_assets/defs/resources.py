@@ -12,11 +12,13 @@ import os
 
 import dagster as dg
 
-from contextual_assets.embedding import EmbedderConfig
+from contextual_assets.configuration import active_settings, deployment_settings, targets
+from contextual_assets.deployment import configured_deployment
+from contextual_assets.embedder_config import EmbedderConfig
 from contextual_assets.headers.configured import HeaderConfig
 from contextual_assets.parsing.config import ParsingConfig
 from contextual_assets.rerank import RerankerConfig
-from contextual_assets.settings import PlatformSettings, active_settings, env_source
+from contextual_assets.settings import PlatformSettings, env_source
 from contextual_assets.store import ChunkStore
 from contextual_assets.store.shared import shared_store
 from eval_assets.gate_config import GateConfig
@@ -54,35 +56,35 @@ class EvalGateResource(GateConfig, dg.ConfigurableResource):
     """The gate's policy, gold set and exceptions (`GateConfig`)."""
 
 
-# Settings that differ per deployment: when the environment sets them, the code location's resources
-# carry the variable (dg.EnvVar), resolved at run time, so the UI never bakes their values into config.
-DEPLOYMENT_SETTINGS = ("duckdb_path", "llm_base_urls", "llm_fleet_file", "llm_model", "llm_revision",
-                       "embed_base_url", "embed_model", "embed_model_dir", "gold_path", "gate_exceptions_path",
-                       "rerank_base_url", "rerank_model", "rerank_model_dir")
-
-# Resource key -> the resource class, configured from the settings its `SETTINGS` names.
-CONFIGURED = {"parsing": ParsingResource, "headers": HeaderSourceResource, "embedder": EmbedderResource,
-              "gate": EvalGateResource, "reranker": RerankerResource}
+# Configuration group -> the resource that adapts its configuration object.
+RESOURCES = {"parsing": ParsingResource, "headers": HeaderSourceResource, "embedder": EmbedderResource,
+             "gate": EvalGateResource, "reranker": RerankerResource}
 
 
 def build_resources(settings: PlatformSettings, env_vars: bool = False) -> dict[str, dg.ConfigurableResource]:
-    """The resources for `settings`. With `env_vars` (the code location), deployment settings that came
-    from the environment are passed as `dg.EnvVar`; direct callers get plain values."""
-
-    def value(name: str):
-        variable = env_source(name, getattr(settings, name)) if env_vars and name in DEPLOYMENT_SETTINGS else None
-        return dg.EnvVar(variable) if variable else getattr(settings, name)
-
+    """The resources of the configured deployment (`configured_deployment`). With `env_vars` (the code
+    location), settings declared `deployment=True` that came from the environment are passed as
+    `dg.EnvVar`; direct callers get plain values."""
+    deployment = configured_deployment(settings)
+    per_deployment = deployment_settings() if env_vars else ()
     resources: dict[str, dg.ConfigurableResource] = {
         # A URL that came from DATABASE_URL stays there (read at use), out of run config and the UI.
         "store": ChunkStoreResource(
             database_url="" if env_source("database_url", settings.database_url) else settings.database_url,
-            duckdb_path=value("duckdb_path"),
+            duckdb_path=_env_var_or_value(settings, "duckdb_path", per_deployment),
         ),
     }
-    for key, resource in CONFIGURED.items():
-        resources[key] = resource(**{field: value(name) for field, name in resource.SETTINGS.items()})
+    for group, resource in RESOURCES.items():
+        values = getattr(deployment, group).model_dump()
+        for field, name in targets(group).items():
+            values[field] = _env_var_or_value(settings, name, per_deployment)
+        resources[group] = resource(**values)
     return resources
+
+
+def _env_var_or_value(settings: PlatformSettings, name: str, per_deployment: tuple[str, ...]):
+    variable = env_source(name, getattr(settings, name)) if name in per_deployment else None
+    return dg.EnvVar(variable) if variable else getattr(settings, name)
 
 
 @dg.definitions

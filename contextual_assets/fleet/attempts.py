@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from .chat_client import ChatAnswer, ChatBadRequestError, ChatStatusError
 from .replica import ReplicaState
 from .slots import Slots
+from .ticket import Ticket
 from .types import (
     FleetCounters,
     FleetRequest,
@@ -24,9 +24,6 @@ from .types import (
     RequestTooLargeError,
     RetryableFleetError,
 )
-
-if TYPE_CHECKING:
-    from .hedging import Ticket
 
 # Words in a 400 answer that say the prompt is over the replica's context length.
 TOO_LARGE_HINTS = ("context", "too long", "maximum")

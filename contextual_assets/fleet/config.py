@@ -78,6 +78,11 @@ class FleetConfig(BaseModel):
             raise ValueError(f"duplicate replica URLs in {urls}")
         return value
 
+    @classmethod
+    def override_names(cls) -> frozenset[str]:
+        """What `load` takes as overrides: the fields, and `max_in_flight` (the replicas' default ceiling)."""
+        return frozenset(cls.model_fields) | {"max_in_flight"}
+
     def api_key_for(self, replica: ReplicaConfig) -> str | None:
         return os.environ.get(replica.api_key_env or self.api_key_env) or None
 

@@ -11,29 +11,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from ..errors import HeaderGenerationError
 from . import routing
 from .attempts import Attempts
 from .config import FleetConfig
-from .replica import ReplicaState
 from .slots import Slots
+from .ticket import Ticket
 from .types import FleetCounters, FleetRequest, FleetResult
 
 HEDGE_CHECK_S = 0.2  # how often open requests are checked for hedging
-
-
-@dataclass
-class Ticket:
-    """One request's current attempt, as the hedging monitor sees it."""
-
-    cost: int
-    state: ReplicaState | None = None  # the primary's replica, once dispatched
-    dispatched: float = 0.0
-    hedge: asyncio.Event = field(default_factory=asyncio.Event)  # set by the monitor: send a duplicate
-    hedged: bool = False
-    stalled: bool = False  # the duplicate is sent because the primary's replica stalled
 
 
 class Hedging:

@@ -4,10 +4,9 @@ search service and the evaluation all read the version from here, never from the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
-
+from contextual_assets.configuration import configured_by
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fleet.config import FleetConfig
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
@@ -23,44 +22,18 @@ from .structural import NoHeaderSource, StructuralHeaderSource
 if TYPE_CHECKING:
     from contextual_assets.store import ChunkStore
 
-_default = PlatformSettings.default
 _fleet_default = lambda name: FleetConfig.model_fields[name].default  # noqa: E731
 
-# Fields that set the FleetConfig field of the same name.
-FLEET_FIELDS = ("model", "revision", "allow_mixed_models", "context_limit", "api_key_env", "max_in_flight",
-                "request_timeout_s", "max_attempts", "batch_size", "max_output_tokens")
 
+class HeaderConfig(configured_by("headers")):
+    """`auto` uses the OpenAI-compatible endpoints when configured, otherwise structural headers. The fields
+    the `CTX_LLM_*` settings set come from their declarations; these are the rest."""
 
-class HeaderConfig(BaseModel):
-    """`auto` uses the OpenAI-compatible endpoints when configured, otherwise structural headers."""
-
-    source: str = _default("header_source")
-    base_urls: str = ""
-    fleet_file: str = ""  # YAML with per-replica caps, weights and key variables
-    model: str = ""
-    revision: str = ""
-    allow_mixed_models: bool = _default("llm_allow_mixed_models")
-    context_limit: int = _default("llm_context_limit")  # 0: max_model_len from /v1/models
-    api_key_env: str = _default("llm_api_key_env")  # the *name* of the variable; the key is never in config
     prompt: str = DEFAULT_PROMPT
     batch_prompt: str = "header_batch_v1"
-    batch_size: int = _default("llm_batch_size")
-    max_in_flight: int = _default("llm_max_in_flight")
     max_output_tokens: int = _fleet_default("max_output_tokens")
     max_header_tokens: int = 64
-    context_tokens: int = _default("context_tokens")
-    request_timeout_s: float = _default("llm_request_timeout_s")
     max_attempts: int = _fleet_default("max_attempts")
-    sample_metrics: bool = _default("llm_sample_metrics")  # sample replicas' /metrics into a per-run timeline
-    fallback_share: float = _default("llm_fallback_share")  # chunks per document that may fall back to structural
-
-    # Field <- the setting that sets it (the others keep their defaults).
-    SETTINGS: ClassVar[dict[str, str]] = {
-        "source": "header_source", "base_urls": "llm_base_urls", "fleet_file": "llm_fleet_file",
-        "model": "llm_model", "revision": "llm_revision", "allow_mixed_models": "llm_allow_mixed_models",
-        "context_limit": "llm_context_limit", "batch_size": "llm_batch_size", "sample_metrics": "llm_sample_metrics",
-        "api_key_env": "llm_api_key_env", "max_in_flight": "llm_max_in_flight", "context_tokens": "context_tokens",
-        "fallback_share": "llm_fallback_share", "request_timeout_s": "llm_request_timeout_s"}
 
     def resolved_source(self) -> tuple[str, str | None]:
         """(source, warning): the source that will run and why, when `auto` had to choose."""
@@ -84,7 +57,7 @@ class HeaderConfig(BaseModel):
     def fleet_config(self) -> FleetConfig:
         fields = HeaderConfig.model_fields
         overrides = {}
-        for name in FLEET_FIELDS:
+        for name in sorted(fields.keys() & FleetConfig.override_names()):  # fields the fleet shares by name
             value = getattr(self, name)
             if value == fields[name].default and (self.fleet_file or not value):
                 continue  # left at its default: the fleet file (or FleetConfig's own default) wins
@@ -134,7 +107,7 @@ class HeaderConfig(BaseModel):
 
 def openai_header_source(config: FleetConfig, prompt: str, batch_prompt: str, max_header_tokens: int,
                          counter: TokenCounter, store: ChunkStore | None = None,
-                         fallback_share: float = _default("llm_fallback_share")) -> OpenAIHeaderSource:
+                         fallback_share: float = PlatformSettings.default("llm_fallback_share")) -> OpenAIHeaderSource:
     """Headers from the fleet `config` describes (its process-wide pool), with the named prompts."""
     batch = load_prompt(batch_prompt) if config.batch_size > 1 else None
     return OpenAIHeaderSource(

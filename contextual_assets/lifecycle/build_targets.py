@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextual_assets.embedding import Embedder, EmbedderConfig
+from contextual_assets.embedder_config import EmbedderConfig
+from contextual_assets.embedding import Embedder
 from contextual_assets.errors import ContextualError
 from contextual_assets.fleet.config import FleetConfig
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY

@@ -15,7 +15,7 @@ from contextual_assets.fleet.health import fleet_health
 from contextual_assets.ingest.inbox.listing import open_inbox
 from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.parsing.objects import is_object_url, local_location
-from contextual_assets.platform import Platform
+from contextual_assets.deployment import Deployment
 
 from .coverage import VersionCoverage, coverage_of, live_documents, production_lag
 
@@ -48,14 +48,14 @@ class DeploymentStatus(BaseModel):
     lag: VersionCoverage | None = Field(default=None, exclude=True)  # production_lag, with its summary
 
 
-def deployment_status(platform: Platform) -> DeploymentStatus:
-    """The status of the deployment `platform` configures. Opening the store is the first thing it does
+def deployment_status(deployment: Deployment) -> DeploymentStatus:
+    """The status of the configured `deployment`. Opening the store is the first thing it does
     (a database that is down raises); a header fleet that is down leaves the current version unknown,
     with a warning, since the rest still helps."""
-    store = platform.store
-    source, warning = platform.headers.resolved_source()
+    store = deployment.store
+    source, warning = deployment.headers.resolved_source()
     try:
-        current = platform.current_index_version()
+        current = deployment.current_index_version()
     except ContextualError as exc:  # e.g. the fleet is down
         current, warning = None, f"current index version unknown: {exc}"
     production = store.aliases.get(PRODUCTION_ALIAS)
@@ -67,7 +67,7 @@ def deployment_status(platform: Platform) -> DeploymentStatus:
     candidate = None
     if current is not None and current != production:
         candidate = {"index_version": current, "coverage": coverage_of(store, current, live).metadata()}
-    inbox = platform.settings.inbox
+    inbox = deployment.inbox.inbox
     return DeploymentStatus(
         store=store.location,
         schema_version=store.schema_version(),
@@ -80,7 +80,7 @@ def deployment_status(platform: Platform) -> DeploymentStatus:
         sources=len(store.corpus.list_sources()),
         production_lag=lag.metadata() | {"index_version": lag.index_version} if lag is not None else None,
         index_versions=versions,
-        fleet=fleet_health(platform.headers) if source == "openai" else None,
+        fleet=fleet_health(deployment.headers) if source == "openai" else None,
         alias_history=store.aliases.history(PRODUCTION_ALIAS),
         rollback_targets=store.aliases.rollback_targets(PRODUCTION_ALIAS),
         retained=store.corpus.retained(),

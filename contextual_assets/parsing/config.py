@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from pydantic import BaseModel
-
-from contextual_assets.settings import PlatformSettings
+from contextual_assets.configuration import configured_by
 
 from .tokens import TokenCounter, token_counter
 
-_default = PlatformSettings.default
 
+class ParsingConfig(configured_by("parsing")):
+    """The chunk budget and file limits come from their settings' declarations."""
 
-class ParsingConfig(BaseModel):
-    chunk_tokens: int = _default("chunk_tokens")
-    max_file_mb: float = _default("max_file_mb")
-    max_pdf_pages: int = _default("max_pdf_pages")
     tokenizer_dir: str = ""  # empty: the bundled embedder's tokenizer
-
-    SETTINGS: ClassVar[dict[str, str]] = {"chunk_tokens": "chunk_tokens", "max_file_mb": "max_file_mb",
-                                          "max_pdf_pages": "max_pdf_pages"}
 
     @property
     def max_bytes(self) -> int:

@@ -14,12 +14,12 @@ from typing import TypeVar
 from threadpoolctl import threadpool_limits
 
 from contextual_assets.batching import MicroBatcher
-from contextual_assets.embedding import EmbedderCatalog
+from contextual_assets.embedder_config import EmbedderCatalog
 from contextual_assets.errors import ConfigurationError
 from contextual_assets.fusion import FusionWeights
 from contextual_assets.models import ChunkFilter, SearchHit
 from contextual_assets.names import PRODUCTION_ALIAS
-from contextual_assets.platform import Platform
+from contextual_assets.deployment import configured_deployment
 from contextual_assets.rerank import Reranker, RerankError
 from contextual_assets.settings import PlatformSettings
 from contextual_assets.store import ChunkStore, open_store
@@ -247,8 +247,7 @@ def service_from_settings(settings: PlatformSettings, *, long_lived: bool = Fals
     settings build (as `ctx search` does), computed only when needed (it asks the header fleet). A
     long-lived one (`ctx serve`) keeps vectors and BM25 postings in memory and its store connection open
     between requests."""
-    platform = Platform(settings)
-
+    deployment = configured_deployment(settings)
     store = open_store(settings.database_url or None, settings.duckdb_path, pool_size=8)
     if long_lived:
         store.backend.hold_connection()
@@ -256,14 +255,12 @@ def service_from_settings(settings: PlatformSettings, *, long_lived: bool = Fals
         # and the request threads, and OpenBLAS's extra threads spin while they wait for work. Measured
         # with 8 clients on 200,000 chunks on 2 cores: 44.5 qps against 32 (bench/README.md, *Search*).
         threadpool_limits(limits=1, user_api="blas")
-    embedders = EmbedderCatalog(settings.embed_base_url, settings.embed_model, settings.embed_model_dir,
-                                settings.embed_api_key_env,
-                                device=settings.embed_device, threads=1,
-                                runtime=settings.serve_query_runtime if long_lived else "torch")
-    reranker = platform.reranker.get()
-    return SearchService(store, embedders, weights=FusionWeights.model_validate_json(settings.fusion_weights_json),
-                         reranker=reranker, rerank_candidates=settings.rerank_candidates, max_k=settings.serve_max_k,
-                         fallback_version=platform.current_index_version, vectors_in_memory=long_lived,
+    embedders = deployment.embedder.catalog_for(threads=1,
+                                                runtime=settings.serve_query_runtime if long_lived else "torch")
+    reranker = deployment.reranker.get()
+    return SearchService(store, embedders, weights=deployment.gate.weights(), reranker=reranker,
+                         rerank_candidates=deployment.reranker.candidates, max_k=settings.serve_max_k,
+                         fallback_version=deployment.current_index_version, vectors_in_memory=long_lived,
                          in_memory_max_chunks=settings.serve_in_memory_max_chunks if long_lived else 0)
 
 

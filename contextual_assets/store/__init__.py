@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from .aliases import Aliases
-from .corpus import ChunkKey, Corpus
+from .corpus import Corpus
 from .duckdb_store import DuckDBChunkStore
 from .eval_runs import EvalRuns
 from .header_cache import HeaderCache
 from .inbox_state import InboxState
-from .search import EmbeddingMatrix, Search
+from .search import Search
 from .storage import ChunkStore
+from .types import ChunkKey, EmbeddingMatrix
 
 
 def open_store(database_url: str | None, duckdb_path: str | Path, pool_size: int = 4) -> ChunkStore:

@@ -19,8 +19,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..models import ChunkFilter, EmbeddedChunk
-    from .lexical_index import Posting
-    from .search import EmbeddingMatrix
+    from .types import EmbeddingMatrix, Posting
 
 T = TypeVar("T")
 

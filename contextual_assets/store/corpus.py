@@ -13,8 +13,7 @@ from ..names import PRODUCTION_ALIAS
 from .aliases import rollback_targets, stack_on
 from .backend import Backend, utc_now, write_transaction
 from .lexical_index import LexicalIndex
-
-ChunkKey = tuple[str, int]
+from .types import ChunkKey
 
 _CHUNK_COLUMNS = (
     "index_version, doc_id, ordinal, source_doc, title, section_path, page_start, page_end, text, "

@@ -30,8 +30,8 @@ from .backend import Backend, T, utc_now
 from .duckdb_held import HeldConnection, signal_wanted
 from .filters import filter_sql
 from .migrations import MIGRATIONS
-from .search import EmbeddingMatrix
 from .storage import ChunkStore
+from .types import EmbeddingMatrix
 
 # A file this young that DuckDB calls invalid is most likely still being created by another process
 # (it exists before its header is written); an older one is really damaged.

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..models import ChunkFilter, HeaderedChunk
@@ -27,16 +26,7 @@ from .backend import Backend
 from .filters import filter_sql
 from .lexical import BM25_B, BM25_K1, RANK_SCALE, lexical_text, term_counts, tokenize
 from .lexical_snapshot import LexicalSnapshot
-
-
-@dataclass(frozen=True)
-class Posting:
-    """Where one term occurs in one document: chunk ordinals, term frequencies, chunk lengths."""
-
-    term: str
-    ordinals: list[int]
-    tfs: list[int]
-    lengths: list[int]
+from .types import Posting
 
 
 def document_postings(chunks: Sequence[HeaderedChunk]) -> tuple[list[Posting], int]:

@@ -9,23 +9,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..fusion import FusionWeights, ScoredKey, fuse
 from ..models import ChunkFilter, HeaderedChunk, SearchHit
 from .backend import Backend, write_transaction
-from .corpus import ChunkKey, Corpus, chunk_from_row
+from .corpus import Corpus, chunk_from_row
 from .lexical import tokenize
 from .lexical_index import LexicalIndex
 from .lexical_snapshot import LexicalSnapshot
-
-if TYPE_CHECKING:
-    import numpy as np
+from .types import ChunkKey, EmbeddingMatrix
 
 DenseTop = Callable[[Sequence[float], str, int, "ChunkFilter | None"], list[ScoredKey]]
 LexicalTop = Callable[[str, str, int, "ChunkFilter | None"], list[ScoredKey]]
-# Keys and L2-normalised float32 vectors of a whole version, for a long-lived reader that searches in memory.
-EmbeddingMatrix = Callable[[str], "tuple[list[ChunkKey], np.ndarray]"]
 
 
 class Search(Protocol):

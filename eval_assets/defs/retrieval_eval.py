@@ -30,7 +30,7 @@ from contextual_assets.names import (
     EVALUATION_GROUP,
     RETRIEVAL_EVAL,
 )
-from contextual_assets.settings import active_settings
+from contextual_assets.configuration import active_settings
 from contextual_assets.store import ChunkStore
 from eval_assets.candidate import EvaluationRefused, PartitionEvaluation, evaluate_partitions
 from eval_assets.documents import TOP_K

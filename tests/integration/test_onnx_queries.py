@@ -8,7 +8,8 @@ import logging
 import numpy as np
 import pytest
 
-from contextual_assets.embedding import EmbedderCatalog, SentenceTransformerEmbedder
+from contextual_assets.embedder_config import EmbedderCatalog
+from contextual_assets.embedding import SentenceTransformerEmbedder
 from contextual_assets.embedding_onnx import OnnxSentenceEmbedder
 
 TEXTS = ["harbour dues", "", "Über die Haftung des Frachtführers: § 425 HGB (Güterschäden) und Verspätung.",

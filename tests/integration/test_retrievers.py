@@ -20,7 +20,7 @@ TOKEN = "tok-retrievers"
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    from contextual_assets.embedding import EmbedderCatalog
+    from contextual_assets.embedder_config import EmbedderCatalog
 
     home = tmp_path_factory.mktemp("retrievers")
     store = open_store(None, home / ".ctx" / "index.duckdb")

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import uvicorn
 
-from contextual_assets.embedding import EmbedderCatalog
+from contextual_assets.embedder_config import EmbedderCatalog
 from contextual_assets.models import DocumentRecord, EmbeddedChunk, content_hash
 from contextual_assets.serving.api import SearchRequest
 from contextual_assets.serving.app import create_app

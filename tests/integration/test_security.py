@@ -384,7 +384,7 @@ class _EmbeddingEndpoint:
 def test_a_version_built_on_another_embedding_endpoint_never_receives_the_configured_key(tmp_path, monkeypatch):
     """A query naming an old version is embedded at that version's recorded endpoint, without the key
     issued for the configured one; the configured endpoint (however its URL ends) still gets it."""
-    from contextual_assets.embedding import EmbedderCatalog
+    from contextual_assets.embedder_config import EmbedderCatalog
     from contextual_assets.models import DocumentRecord, EmbeddedChunk, content_hash
     from contextual_assets.serving.api import SearchRequest
     from contextual_assets.serving.service import SearchService

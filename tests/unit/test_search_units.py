@@ -210,7 +210,7 @@ def test_tokens_are_stripped_by_the_server_and_the_client():
 
 
 def test_an_older_versions_recorded_endpoint_gets_no_embedding_key(monkeypatch):
-    from contextual_assets.embedding import EmbedderCatalog
+    from contextual_assets.embedder_config import EmbedderCatalog
 
     monkeypatch.setenv("CTX_TEST_EMBED_KEY", "embed-secret\n")
     catalog = EmbedderCatalog("http://embed.internal/v1", "new-model", api_key_env="CTX_TEST_EMBED_KEY")

@@ -113,3 +113,93 @@ def test_gate_settings_reach_the_gate_resource(monkeypatch):
     gate = build_resources(PlatformSettings.from_env())["gate"]
     policy = gate.policy()
     assert gate.min_coverage == 0.5 and policy.max_unhealthy_share == 0.4 and policy.floors == {"pass_at_5": 0.3}
+
+
+# --- Each setting is declared once; everything else is derived from the declaration. ---
+
+def _read_attributes() -> set[str]:
+    """Every attribute name product code reads (`x.name`), outside the declaration itself."""
+    import ast
+
+    from tests.support import REPO_ROOT
+
+    names: set[str] = set()
+    for root in ("contextual_assets", "eval_assets"):
+        for path in (REPO_ROOT / root).rglob("*.py"):
+            if path.name != "settings.py":
+                names |= {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
+    return names
+
+
+def test_every_setting_sets_a_configuration_field_or_is_read_by_name():
+    """A half-added setting (declared, but neither setting a configuration field nor read) fails here."""
+    from contextual_assets.settings import declaration
+
+    read = _read_attributes()
+    unused = [name for name in PlatformSettings.model_fields if not declaration(name)["sets"] and name not in read]
+    assert not unused, f"declared but never used: {unused}"
+
+
+def test_every_configuration_field_a_setting_sets_is_the_declared_one():
+    """A configuration object that redeclares a field its setting sets (a second default) fails here."""
+    from contextual_assets.configuration import targets
+    from contextual_assets.deployment import CONFIGURATIONS
+    from contextual_assets.settings import GROUPS
+
+    assert set(CONFIGURATIONS) == set(GROUPS)
+    for group, configuration in CONFIGURATIONS.items():
+        for field, name in targets(group).items():
+            declared, used = PlatformSettings.model_fields[name], configuration.model_fields[field]
+            assert (used.default, used.description, used.metadata) == (
+                declared.default, declared.description, declared.metadata), f"{configuration.__name__}.{field}"
+
+
+def test_the_configured_deployment_carries_every_setting_that_sets_a_field(monkeypatch):
+    from contextual_assets.configuration import targets
+    from contextual_assets.deployment import configured_deployment
+
+    monkeypatch.setenv("CTX_LLM_MAX_IN_FLIGHT", "7")
+    monkeypatch.setenv("CTX_INBOX_INTERVAL_S", "30")
+    monkeypatch.setenv("CTX_EMBED_DEVICE", "cpu")
+    settings = PlatformSettings.from_env()
+    deployment = configured_deployment(settings)
+    for group in ("headers", "parsing", "embedder", "reranker", "gate", "inbox"):
+        for field, name in targets(group).items():
+            assert getattr(getattr(deployment, group), field) == getattr(settings, name), f"{group}.{field}"
+    assert deployment.inbox.interval_s == 30 and deployment.embedder.device == deployment.reranker.device == "cpu"
+    resources = build_resources(settings)
+    assert resources["headers"].max_in_flight == 7 and resources["embedder"].device == "cpu"
+
+
+def test_a_fleet_setting_reaches_the_fleet_through_the_field_of_the_same_name(monkeypatch):
+    from contextual_assets.deployment import configured_deployment
+
+    monkeypatch.setenv("CTX_LLM_BASE_URLS", "http://a:8000/v1,http://b:8000/v1")
+    monkeypatch.setenv("CTX_LLM_MAX_IN_FLIGHT", "7")
+    monkeypatch.setenv("CTX_LLM_REQUEST_TIMEOUT_S", "12.5")
+    fleet = configured_deployment(PlatformSettings.from_env()).headers.fleet_config()
+    assert [r.max_in_flight for r in fleet.replicas] == [7, 7] and fleet.request_timeout_s == 12.5
+
+
+def test_only_string_settings_are_passed_as_env_vars():
+    """dg.EnvVar carries a string: a numeric setting marked per deployment would reach the UI broken."""
+    from contextual_assets.configuration import deployment_settings
+
+    assert deployment_settings() and all(PlatformSettings.model_fields[n].annotation is str
+                                         for n in deployment_settings())
+
+
+def test_the_settings_tables_are_generated_from_the_declarations():
+    from contextual_assets.settings_docs import main
+
+    assert main(["--check"]) == 0, "run python -m contextual_assets.settings_docs"
+
+
+def test_definitions_are_not_built_outside_a_settings_scope():
+    from contextual_assets.configuration import active_settings, settings_scope
+
+    with pytest.raises(ConfigurationError, match="build_definitions"):
+        active_settings()
+    settings = PlatformSettings()
+    with settings_scope(settings):
+        assert active_settings() is settings

@@ -17,9 +17,8 @@ from contextual_assets.cli.ingest_runs import ensure_dagster_home, failure_cause
 from contextual_assets.definitions import build_definitions
 from contextual_assets.errors import ConfigurationError, ContextualError, DependencyUnavailable
 from contextual_assets.names import CANDIDATE_EVALUATION
-from contextual_assets.platform import Platform
-from contextual_assets.settings import PlatformSettings, fields_from
-from eval_assets.gate_config import GateConfig
+from contextual_assets.deployment import configured_deployment
+from contextual_assets.settings import PlatformSettings
 from eval_assets.gold.gold_set import load_gold
 
 
@@ -38,11 +37,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError("no gold file: pass --gold or set CTX_GOLD_FILE")
     load_gold(gold_path)  # a missing or malformed file is a usage error (2), found before any run
     ensure_dagster_home(settings.home)
-    platform = Platform(settings)
-    store = platform.store  # the database down: exit 3 here, not a failed run
-    alias = GateConfig(**fields_from(settings, GateConfig.SETTINGS)).alias
+    deployment = configured_deployment(settings)
+    store = deployment.store  # the database down: exit 3 here, not a failed run
+    alias = deployment.gate.alias
     # The candidate's version needs the header fleet (its served weights): a down fleet exits 3 here.
-    candidate = args.version or platform.current_index_version()
+    candidate = args.version or deployment.current_index_version()
     before = store.aliases.get(alias)
     with dg.DagsterInstance.get() as instance:
         for line in recover_dead_runs(instance, store):

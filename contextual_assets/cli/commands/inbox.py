@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from contextual_assets.cli.main import EXIT_OK
 from contextual_assets.errors import ContextualError
 from contextual_assets.ingest.inbox.listing import open_inbox
-from contextual_assets.platform import Platform
+from contextual_assets.deployment import configured_deployment
 from contextual_assets.settings import PlatformSettings
 from contextual_assets.store.inbox_state import HeldRemoval
 
@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = PlatformSettings.from_env()
-    store = Platform(settings).store
+    store = configured_deployment(settings).store
     inbox = open_inbox(settings.inbox).location
     if args.action == "held":
         held = list(store.inbox_state.held_removals(inbox).values())

@@ -27,7 +27,7 @@ from contextual_assets.lifecycle.build_targets import weights_changes
 from contextual_assets.lifecycle.coverage import production_lag
 from contextual_assets.names import PRODUCTION_ALIAS
 from contextual_assets.parsing.objects import is_object_url, local_location
-from contextual_assets.platform import Platform
+from contextual_assets.deployment import Deployment, configured_deployment
 from contextual_assets.settings import PlatformSettings
 from contextual_assets.store import ChunkStore
 
@@ -43,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = PlatformSettings.from_env()
     ensure_dagster_home(settings.home)
-    platform = Platform(settings)
-    store = platform.store
+    deployment = configured_deployment(settings)
+    store = deployment.store
     sources, refused = collect_sources(
         args.paths, inbox=Path(local_location(settings.inbox)) if not is_object_url(settings.inbox) else None,
         source_root=Path(settings.source_root) if settings.source_root else None,
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if not sources:
         print("nothing to ingest", file=sys.stderr)
         return EXIT_USAGE if not refused else EXIT_FAILED
-    for warning in _weights_warnings(platform, store):
+    for warning in _weights_warnings(deployment, store):
         print(f"warning: {warning}", file=sys.stderr)
     outcomes = _ingest(settings, store, sources, args)
     failed = [o for o in outcomes if not o.success]
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([o.model_dump() for o in outcomes], indent=2))
     else:
         print(f"{len(outcomes) - len(failed)} ingested, {len(failed)} failed; store {store.location}; "
-              f"index version {platform.current_index_version()}")
+              f"index version {deployment.current_index_version()}")
     lag = production_lag(store)
     if lag is not None and not lag.complete:
         print(f"warning: {lag.summary(PRODUCTION_ALIAS)}: search serves production without them until a "
@@ -94,15 +94,15 @@ def _ingest(settings: PlatformSettings, store: ChunkStore, sources: list[tuple[s
     return outcomes
 
 
-def _weights_warnings(platform: Platform, store: ChunkStore) -> list[str]:
+def _weights_warnings(deployment: Deployment, store: ChunkStore) -> list[str]:
     """The served model name now serves other weights than an index version recorded (ingest builds a
     new version; said here too, since the run's own warning is not printed)."""
-    headers = platform.headers
+    headers = deployment.headers
     try:
         if headers.resolved_source()[0] != "openai":
             return []
         served = DEFAULT_DISCOVERY.resolve_fleet(headers.fleet_config()).name
-        return weights_changes(store, served, headers.identity()["header_model"], platform.current_index_version())
+        return weights_changes(store, served, headers.identity()["header_model"], deployment.current_index_version())
     except DependencyUnavailable:
         raise  # a replica is down: every document's run would fail on it (exit 3, before any run)
     except ContextualError:

@@ -8,7 +8,7 @@ import argparse
 
 from contextual_assets.cli.main import EXIT_OK
 from contextual_assets.names import PRODUCTION_ALIAS
-from contextual_assets.platform import Platform
+from contextual_assets.deployment import configured_deployment
 from contextual_assets.settings import PlatformSettings
 
 
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = Platform(PlatformSettings.from_env()).store
+    store = configured_deployment(PlatformSettings.from_env()).store
     restored, replaced = store.aliases.rollback(args.alias, reason=args.reason, to=args.to)
     print(f"{args.alias}: {replaced} -> {restored}")
     store.corpus.release_retained(args.alias)

@@ -8,7 +8,7 @@ import json
 from contextual_assets.cli.main import EXIT_OK
 from contextual_assets.lifecycle.status import DeploymentStatus, deployment_status
 from contextual_assets.names import PRODUCTION_ALIAS
-from contextual_assets.platform import Platform
+from contextual_assets.deployment import configured_deployment
 from contextual_assets.settings import PlatformSettings
 
 _WIDTH = 22  # the label column
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    status = deployment_status(Platform(PlatformSettings.from_env()))
+    status = deployment_status(configured_deployment(PlatformSettings.from_env()))
     if args.json:
         print(json.dumps(status.model_dump(), indent=2))
         return EXIT_OK

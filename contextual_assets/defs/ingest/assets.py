@@ -24,7 +24,8 @@ from contextual_assets.ingest.pipeline.concurrent import ConcurrentPipelines
 from contextual_assets.ingest.pipeline.document_pipeline import PipelineSettings, StageEvent
 from contextual_assets.ingest.pipeline.run_plan import CURRENT, RunPlan, plan_run, run_pipelines, uncommitted
 from contextual_assets.names import CHUNK_EMBEDDINGS, CHUNK_HEADERS, INGEST_GROUP, PARSED_CHUNKS
-from contextual_assets.settings import PlatformSettings, active_settings
+from contextual_assets.configuration import active_settings
+from contextual_assets.settings import PlatformSettings
 from contextual_assets.store import ChunkStore
 
 from .metadata import HeaderMetadata, held_metadata

@@ -19,7 +19,7 @@ from contextual_assets.defs.resources import ChunkStoreResource
 from contextual_assets.ingest.inbox.watcher import RUN_KEY_TAG, FailedRun, InboxOptions, InboxWatcher, RunSpec
 from contextual_assets.lifecycle.commit_reconcile import recover_dead_runs
 from contextual_assets.names import CHUNK_EMBEDDINGS, INGEST_JOB
-from contextual_assets.settings import active_settings
+from contextual_assets.configuration import active_settings
 
 from .assets import RETRYABLE
 from .partitions import documents_partitions, range_run_tags

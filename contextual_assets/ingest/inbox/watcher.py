@@ -22,9 +22,9 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from contextual_assets.configuration import configuration_values, configured_by
 from contextual_assets.models import SourceRecord
 from contextual_assets.names import PRODUCTION_ALIAS
-from contextual_assets.parsing.dispatch import DEFAULT_MAX_BYTES
 from contextual_assets.settings import PlatformSettings
 from contextual_assets.store import ChunkStore
 from contextual_assets.store.inbox_state import HeldRemoval, InboxEntryRow
@@ -47,27 +47,16 @@ TRIGGER_TAG, INBOX_TAG, RUN_KEY_TAG = "ctx/trigger", "ctx/inbox", "ctx/run_key"
 FAILED_RUNS_OVERLAP_S = 60.0
 
 
-class InboxOptions(BaseModel):
-    """What the watcher needs from the settings."""
+class InboxOptions(configured_by("inbox")):
+    """What the watcher needs from the settings: the fields come from the declarations that set `inbox.*`."""
 
-    inbox: str
-    partitions_per_run: int
-    settle_s: float = PlatformSettings.default("inbox_settle_s")
-    retry_limit: int = PlatformSettings.default("inbox_retry_limit")
-    retry_base_s: float = PlatformSettings.default("inbox_retry_base_s")
-    max_remove: int = PlatformSettings.default("inbox_max_remove")
-    max_remove_share: float = PlatformSettings.default("inbox_max_remove_share")
-    max_bytes: int = DEFAULT_MAX_BYTES
-    interval_s: int = PlatformSettings.default("inbox_interval_s")
+    @property
+    def max_bytes(self) -> int:
+        return int(self.max_file_mb * 1_000_000)
 
     @classmethod
     def from_settings(cls, settings: PlatformSettings) -> InboxOptions:
-        return cls(inbox=settings.inbox, partitions_per_run=settings.partitions_per_run,
-                   interval_s=settings.inbox_interval_s, settle_s=settings.inbox_settle_s,
-                   retry_limit=settings.inbox_retry_limit,
-                   retry_base_s=settings.inbox_retry_base_s, max_remove=settings.inbox_max_remove,
-                   max_remove_share=settings.inbox_max_remove_share,
-                   max_bytes=int(settings.max_file_mb * 1_000_000))
+        return cls(**configuration_values("inbox", settings))
 
 
 class SensorCursor(BaseModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from contextual_assets.embedding import EmbedderConfig
+from contextual_assets.embedder_config import EmbedderConfig
 from contextual_assets.headers.configured import HeaderConfig
 from contextual_assets.lifecycle.build_targets import BuildTarget, current_target, production_target
 from contextual_assets.parsing.config import ParsingConfig
