@@ -261,6 +261,9 @@ class PlatformSettings(BaseSettings):
     gate_max_unhealthy_share: float = setting(
         0.2, area="evaluation", sets="gate.max_unhealthy_share", ge=0, le=1,
         meaning="largest stale+broken gold share a candidate may have")
+    gate_hygiene_warn_share: float = setting(
+        0.1, area="evaluation", sets="gate.hygiene_warn_share", ge=0, le=1,
+        meaning="stale+broken gold share above which the `gold_hygiene` check warns (it never blocks)")
     gate_min_coverage: float = setting(
         1.0, area="evaluation", sets="gate.min_coverage", ge=0, le=1,
         meaning="share of live documents a candidate must hold at their current revision")

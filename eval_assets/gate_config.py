@@ -24,7 +24,6 @@ class GateConfig(configured_by("gate")):
 
     mode: str = _policy_default("mode")
     max_unhealthy_increase: float = _policy_default("max_unhealthy_increase")
-    hygiene_warn_share: float = 0.1
     alias: str = PRODUCTION_ALIAS
 
     def weights(self) -> FusionWeights:
