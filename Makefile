@@ -13,7 +13,7 @@ TORCH_PIP_ARGS ?= --extra-index-url https://download.pytorch.org/whl/cpu
 # The browser the UI tests drive: Debian's chromium (no browser download by playwright).
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test ui install install-dev bench-retrieval clean
+.PHONY: demo test test-quick ui install install-dev bench-retrieval clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ $(CHROMIUM):
 
 test: $(DEV_STAMP) $(CHROMIUM)
 	CTX_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q
+
+# While working: unit and contract tests, no server, browser or fleet (a few minutes). `make test` before a push.
+test-quick: $(DEV_STAMP)
+	$(BIN)/python -m pytest -q -m quick
 
 # The demo's gold set unless another is configured, so `retrieval_eval` can be materialized from the UI.
 ui: $(STAMP)

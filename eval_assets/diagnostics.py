@@ -147,30 +147,49 @@ def header_diagnostics(
     present = [i for i, h in enumerate(headers) if h.strip()]
     result["mean_header_words"] = sum(len(h.split()) for h in headers) / n
     result["empty_rate"] = (n - len(present)) / n
-
-    templates = {i: _header_template(headers[i], texts[i]) for i in present}
-    counts = Counter(t for t in templates.values() if t)
-    templated = {i for i, t in templates.items() if t and counts[t] >= _TEMPLATE_MIN_SHARED}
-    templated |= _near_duplicates(headers, present)
-    result["templated_rate"] = len(templated) / n
-
+    result["templated_rate"] = len(_templated(headers, texts, present)) / n
     if not present:
         return result
     kept_headers = [headers[i] for i in present]
     kept_texts = [texts[i] for i in present]
     if embed is None:
-        result["header_chunk_similarity"] = sum(
-            _token_jaccard(h, t) for h, t in zip(kept_headers, kept_texts)
-        ) / len(present)
-        return result
-    header_vectors = embed(kept_headers)
-    text_vectors = embed(kept_texts)
-    joint_vectors = embed([f"{h}\n\n{t}" for h, t in zip(kept_headers, kept_texts)])
-    result["header_chunk_similarity"] = float(np.mean(_cosines(header_vectors, text_vectors)))
+        result["header_chunk_similarity"] = _mean_token_jaccard(kept_headers, kept_texts)
+    else:
+        similarity, dominance = _embedding_similarity(kept_headers, kept_texts, embed)
+        result["header_chunk_similarity"] = similarity
+        result["header_dominance"] = dominance
+    return result
+
+
+def _templated(headers: list[str], texts: list[str], present: list[int]) -> set[int]:
+    """Indices of the non-empty headers that are templated: their template is shared by at least
+    _TEMPLATE_MIN_SHARED headers, or they near-duplicate another header."""
+    templates = {i: _header_template(headers[i], texts[i]) for i in present}
+    counts = Counter(t for t in templates.values() if t)
+    templated = {i for i, t in templates.items() if t and counts[t] >= _TEMPLATE_MIN_SHARED}
+    templated |= _near_duplicates(headers, present)
+    return templated
+
+
+def _mean_token_jaccard(headers: list[str], texts: list[str]) -> float:
+    """Mean token Jaccard of each (non-empty) header and its chunk: the similarity without an embedder."""
+    return sum(_token_jaccard(h, t) for h, t in zip(headers, texts)) / len(headers)
+
+
+def _embedding_similarity(
+    headers: list[str],
+    texts: list[str],
+    embed: Callable[[list[str]], list[list[float]]],
+) -> tuple[float, float]:
+    """Mean header/chunk cosine, and the share of chunks whose header + text embedding lies closer to
+    the header than to the text (header dominance); `embed` is called three times, one batch each."""
+    header_vectors = embed(headers)
+    text_vectors = embed(texts)
+    joint_vectors = embed([f"{h}\n\n{t}" for h, t in zip(headers, texts)])
+    similarity = float(np.mean(_cosines(header_vectors, text_vectors)))
     to_header = _cosines(joint_vectors, header_vectors)
     to_text = _cosines(joint_vectors, text_vectors)
-    result["header_dominance"] = float(np.mean(to_header > to_text))
-    return result
+    return similarity, float(np.mean(to_header > to_text))
 
 
 def header_sample(chunks: list) -> list:

@@ -16,6 +16,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+# The quick tier (`make test-quick`, a few minutes): the unit tests and the contract tests that start no
+# Postgres server, browser, LLM server or simulated fleet. One list, so the tier is one decision.
+QUICK = ("tests/unit/", "tests/integration/test_definitions.py", "tests/bench/test_model_floor.py",
+         "tests/bench/test_oracle_floor.py", "tests/bench/test_sim_validity.py", "tests/bench/test_sim_engine.py",
+         "tests/bench/test_dagster_events.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.startswith(QUICK):
+            item.add_marker(pytest.mark.quick)
+
 
 @pytest.fixture(scope="session")
 def pg_server():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from contextual_assets.models import Chunk, content_hash
 from contextual_assets.parsing.blocks import Block, ParsedSource
@@ -94,63 +95,87 @@ def _hard_split(text: str, budget: int, counter: TokenCounter) -> list[str]:
 
 def chunk_blocks(doc_id: str, parsed: ParsedSource, counter: TokenCounter, budget: int) -> list[Chunk]:
     """Greedy packing of consecutive blocks of the same section into chunks of at most `budget` tokens."""
-    chunks: list[Chunk] = []
-    pending: list[str] = []
-    pending_tokens = 0
-    pending_pages: list[int] = []
-    pending_key: tuple | None = None
+    packer = _ChunkPacker(doc_id, parsed, counter, budget)
+    for block in parsed.blocks:
+        packer.add_block(block)
+    packer.flush()
+    return packer.chunks
+
+
+def _block_pages(block: Block) -> list[int]:
+    return [block.page] if block.page else []
+
+
+@dataclass
+class _ChunkPacker:
+    """One document's chunks so far, and the units of its current section waiting for the next chunk."""
+
+    doc_id: str
+    parsed: ParsedSource
+    counter: TokenCounter
+    budget: int
+    chunks: list[Chunk] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    pending_tokens: int = 0
+    pending_pages: list[int] = field(default_factory=list)
+    pending_key: tuple | None = None  # (section path, source doc) of the pending units
+    # The latest block of the pending section: its metadata labels the chunk the pending units become.
     pending_block: Block | None = None
 
-    def emit(text: str, block: Block, pages: list[int], token_count: int | None = None) -> None:
+    def add_block(self, block: Block) -> None:
+        """Pack a block: a fixed chunk alone, else its units after the pending ones of its section."""
+        if block.fixed_chunk:
+            self.flush()
+            self.emit(block.text, block, _block_pages(block))
+            return
+        key = (tuple(block.section_path), block.source_doc)
+        if key != self.pending_key:
+            self.flush()
+            self.pending_key = key
+        self.pending_block = block
+        for unit in _split_units(block):
+            self._add_unit(unit, block)
+
+    def _add_unit(self, unit: str, block: Block) -> None:
+        """Add one unit to the pending chunk, flushing first when it would overflow; a unit over the budget
+        alone is hard-split into chunks of its own."""
+        tokens = self.counter.count(unit)
+        if tokens > self.budget:
+            self.flush()
+            for piece in _hard_split(unit, self.budget, self.counter):
+                self.emit(piece, block, _block_pages(block))
+            return
+        if self.pending and self.pending_tokens + tokens + 1 > self.budget:
+            self.flush()
+        self.pending.append(unit)
+        self.pending_tokens += tokens + 1
+        if block.page:
+            self.pending_pages.append(block.page)
+
+    def flush(self) -> None:
+        """Emit the pending units as one chunk (if any) and start an empty one."""
+        if self.pending and self.pending_block is not None:
+            joiner = "\n" if self.pending_block.is_code else " "
+            self.emit(joiner.join(self.pending), self.pending_block, self.pending_pages)
+        self.pending, self.pending_tokens, self.pending_pages = [], 0, []
+
+    def emit(self, text: str, block: Block, pages: list[int]) -> None:
+        """Append `text` as the next chunk, labelled from `block`; blank text is no chunk."""
         text = text.strip("\n")
         if not text.strip():
             return
-        chunks.append(
+        self.chunks.append(
             Chunk(
-                doc_id=doc_id,
-                source_doc=block.source_doc or doc_id,
-                title=block.title or parsed.title,
-                ordinal=len(chunks),
+                doc_id=self.doc_id,
+                source_doc=block.source_doc or self.doc_id,
+                title=block.title or self.parsed.title,
+                ordinal=len(self.chunks),
                 section_path=block.section_path,
                 page_start=min(pages) if pages else None,
                 page_end=max(pages) if pages else None,
                 text=text,
-                token_count=token_count if token_count is not None else counter.count(text),
+                token_count=self.counter.count(text),
                 content_hash=content_hash(text),
                 external_id=block.external_id,
             )
         )
-
-    def flush() -> None:
-        nonlocal pending, pending_tokens, pending_pages
-        if pending and pending_block is not None:
-            joiner = "\n" if pending_block.is_code else " "
-            emit(joiner.join(pending), pending_block, pending_pages)
-        pending, pending_tokens, pending_pages = [], 0, []
-
-    for block in parsed.blocks:
-        if block.fixed_chunk:
-            flush()
-            emit(block.text, block, [block.page] if block.page else [])
-            continue
-        key = (tuple(block.section_path), block.source_doc)
-        if key != pending_key:
-            flush()
-            pending_key = key
-        pending_block = block
-        units = _split_units(block)
-        for index, unit in enumerate(units):
-            tokens = counter.count(unit)
-            if tokens > budget:
-                flush()
-                for piece in _hard_split(unit, budget, counter):
-                    emit(piece, block, [block.page] if block.page else [])
-                continue
-            if pending and pending_tokens + tokens + 1 > budget:
-                flush()
-            pending.append(unit)
-            pending_tokens += tokens + 1
-            if block.page:
-                pending_pages.append(block.page)
-    flush()
-    return chunks

@@ -10,9 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from contextual_assets.errors import DocumentError
-from contextual_assets.parsing import SUPPORTED_EXTENSIONS
-
 from contextual_assets.ingest.inbox.document_keys import document_key, key_for_path
+from contextual_assets.parsing import SUPPORTED_EXTENSIONS
 
 _ACCEPTED = frozenset(SUPPORTED_EXTENSIONS)
 
@@ -76,50 +75,70 @@ def collect_sources(
     alone, never opened (`special_file`).
     """
     root = Path.cwd() if source_root is None else Path(source_root)
-    registered = registered or {}
-    owner_of = {key: path for path, key in registered.items()}  # registered key -> resolved path
-    unique: dict[str, Path] = {}
-    keyed: dict[Path, str] = {}  # resolved file -> its key in this call
-    refused: list[str] = []
-
-    def add(file: Path) -> None:
-        resolved = file.resolve()
-        if resolved in keyed:
-            return
-        key = registered.get(str(resolved))
-        if key is None:
-            try:
-                key = document_key(resolved, inbox=inbox, source_root=root)
-            except DocumentError as exc:
-                refused.append(str(exc))
-                return
-            owner = owner_of.get(key)
-            if owner is not None and Path(owner).exists() and Path(owner).resolve() != resolved:
-                refused.append(f"{file}: same document key '{key}' as {owner} (already ingested); rename one of "
-                               "them or set CTX_SOURCE_ROOT so the keys differ")
-                return
-        if key in unique:
-            refused.append(f"{file}: same document key '{key}' as {unique[key]}; rename one of them or set "
-                           "CTX_SOURCE_ROOT so the keys differ")
-            return
-        keyed[resolved] = key
-        unique[key] = file
-
+    sources = _SourceKeys(inbox=inbox, root=root, registered=registered or {})
     for raw in paths:
-        path = Path(raw)
+        sources.add_path(Path(raw))
+    return list(sources.unique.items()), sources.refused
+
+
+class _SourceKeys:
+    """One `collect_sources` call's files by key so far, and its refusals."""
+
+    def __init__(self, *, inbox: Path | None, root: Path, registered: dict[str, str]) -> None:
+        self.inbox = inbox
+        self.root = root
+        self.registered = registered  # resolved path -> its registered key
+        self.owner_of = {key: path for path, key in registered.items()}  # registered key -> resolved path
+        self.unique: dict[str, Path] = {}  # key -> the file taken under it
+        self.keyed: dict[Path, str] = {}  # resolved file -> its key in this call
+        self.refused: list[str] = []
+
+    def add_path(self, path: Path) -> None:
+        """A named path: a folder's files, a file, or the reason it is refused."""
         if path.is_dir():
             for file, reason in folder_files(path):
                 if reason is not None:
-                    refused.append(reason)
+                    self.refused.append(reason)
                 else:
-                    add(file)
+                    self.add(file)
         elif (reason := special_file(path)) is not None:
-            refused.append(reason)
+            self.refused.append(reason)
         elif path.exists():
-            add(path)
+            self.add(path)
         else:
-            refused.append(f"{path}: no such file or directory")
-    return list(unique.items()), refused
+            self.refused.append(f"{path}: no such file or directory")
+
+    def add(self, file: Path) -> None:
+        """Take a file under its key, unless it is taken already or its key belongs to another file."""
+        resolved = file.resolve()
+        if resolved in self.keyed:
+            return
+        key = self.registered.get(str(resolved))
+        if key is None:
+            key = self._new_key(file, resolved)
+            if key is None:
+                return
+        if key in self.unique:
+            self.refused.append(f"{file}: same document key '{key}' as {self.unique[key]}; rename one of them or "
+                                "set CTX_SOURCE_ROOT so the keys differ")
+            return
+        self.keyed[resolved] = key
+        self.unique[key] = file
+
+    def _new_key(self, file: Path, resolved: Path) -> str | None:
+        """The key of a file not registered yet, or None (refused): no key follows from where it is, or the
+        key is registered to another file that still exists."""
+        try:
+            key = document_key(resolved, inbox=self.inbox, source_root=self.root)
+        except DocumentError as exc:
+            self.refused.append(str(exc))
+            return None
+        owner = self.owner_of.get(key)
+        if owner is not None and Path(owner).exists() and Path(owner).resolve() != resolved:
+            self.refused.append(f"{file}: same document key '{key}' as {owner} (already ingested); rename one of "
+                                "them or set CTX_SOURCE_ROOT so the keys differ")
+            return None
+        return key
 
 
 def folder_files(folder: Path) -> list[tuple[Path, str | None]]:
