@@ -114,3 +114,18 @@ def test_no_long_modules() -> None:
 def test_no_long_functions() -> None:
     offenders = [f"{p.relative_to(ROOT)}:{name} ({n})" for p in _sources(TREES) for name, n in _long_functions(p)]
     assert not offenders, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(offenders)
+
+
+def _is_dagster_side(module: str) -> bool:
+    """The definitions and what launches them (the code location, the CLI), as opposed to the library."""
+    return ".defs" in f".{module}." or module == "contextual_assets.definitions" or module.startswith(
+        "contextual_assets.cli")
+
+
+def test_the_library_imports_no_definitions() -> None:
+    """Each library sits below its `defs/` folder: only the Dagster side imports definitions."""
+    paths = {_module_name(p): p for p in _sources(PACKAGES)}
+    modules = set(paths)
+    upward = sorted(f"{name} -> {target}" for name, path in paths.items() if not _is_dagster_side(name)
+                    for target in _imports(path, modules) if _is_dagster_side(target))
+    assert not upward, "library modules importing the Dagster side:\n" + "\n".join(upward)
