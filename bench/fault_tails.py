@@ -238,19 +238,7 @@ def _tail_fault(ctx: Context, name: str, n_docs: int, time_scale: float, cap: in
         counts = _header_counts(env, _run_ids(res))
         answers = [s["completed"] for s in stats]
         r.llm_calls_respent = max(0, sum(answers) - total)
-        r.figures = {
-            "header_s": round(wall, 2), "healthy_header_s": round(healthy, 2), "header_ratio": round(ratio, 3),
-            "bound": TAIL_BOUND, "requests": total, **counts,
-            "sim_aborted": sum(s["aborted"] for s in stats), "answers_per_replica": answers,
-            "peak_open_per_replica": [s["peak_open_requests"] for s in stats],
-            "stalls_injected": sum(s["stalls_injected"] for s in stats), "ingest_wall_s": round(res.wall_s, 2),
-        }
-        if faults:
-            r.figures["capacity_floor_ratio"] = round(capacity, 3)
-            r.figures["header_ratio_over_capacity_left"] = round(ratio / capacity, 3)
-        if trigger is not None:
-            r.figures.update(slowed_after_answers=trigger.completed_when_fired,
-                             slowed_after_s=None if trigger.fired_after_s is None else round(trigger.fired_after_s, 2))
+        r.figures = _tail_figures(wall, healthy, total, counts, stats, res, capacity if faults else None, trigger)
         r.settle(store_state(env), expected, set(expected),
                  f"header phase {wall:.1f}s vs healthy {healthy:.1f}s ({ratio:.2f}x); hedges {counts['hedges']} "
                  f"(won {counts['hedge_wins']}); sim aborted {r.figures['sim_aborted']}; answers per replica "
@@ -261,6 +249,28 @@ def _tail_fault(ctx: Context, name: str, n_docs: int, time_scale: float, cap: in
             trigger.stop()
         fleet.stop()
     return r
+
+
+def _tail_figures(wall: float, healthy: float, total: int, counts: dict[str, int], stats: list[dict], res: Ingest,
+                  capacity: float | None, trigger: CompletionTrigger | None) -> dict:
+    """The faulty run's figures: its header phase against the healthy one's, the fleet's answers and
+    aborts; `capacity`: the share of capacity left (replicas faulty from the start), else None."""
+    ratio = wall / healthy if healthy > 0 else float("inf")
+    answers = [s["completed"] for s in stats]
+    figures = {
+        "header_s": round(wall, 2), "healthy_header_s": round(healthy, 2), "header_ratio": round(ratio, 3),
+        "bound": TAIL_BOUND, "requests": total, **counts,
+        "sim_aborted": sum(s["aborted"] for s in stats), "answers_per_replica": answers,
+        "peak_open_per_replica": [s["peak_open_requests"] for s in stats],
+        "stalls_injected": sum(s["stalls_injected"] for s in stats), "ingest_wall_s": round(res.wall_s, 2),
+    }
+    if capacity is not None:
+        figures["capacity_floor_ratio"] = round(capacity, 3)
+        figures["header_ratio_over_capacity_left"] = round(ratio / capacity, 3)
+    if trigger is not None:
+        figures.update(slowed_after_answers=trigger.completed_when_fired,
+                       slowed_after_s=None if trigger.fired_after_s is None else round(trigger.fired_after_s, 2))
+    return figures
 
 
 def scenario_stalled_replica(ctx: Context, n_docs: int = 40, time_scale: float = 2.5, cap: int = TAIL_CAP) -> Result:

@@ -52,11 +52,32 @@ def _choose(rows: list[dict]) -> dict:
 
 
 def sweep(store, embedder, gold, version: str, reranker=None, rerank_candidates: int = 50) -> dict:
-    import random
-
-    from contextual_assets.fusion import FusionWeights, fuse
+    from contextual_assets.fusion import FusionWeights
 
     tasks = list(gold.tasks)
+    lists, texts = candidate_lists(store, embedder, tasks, version)
+    n_gold = [len(t.evidence) for t in tasks]
+    graded = [{key: task.satisfied_by(hit.text) for key, hit in texts.items()} for task in tasks]
+    per_config = config_rankings(lists, graded)
+    rows = _rows_for(per_config, n_gold, list(range(len(tasks))))
+    best = _choose(rows)
+    result = {"version": version, "queries": len(tasks), "candidates": CANDIDATES, "rows": rows,
+              "chosen": {"dense": best["dense"], "lexical": 1.0, "constant": best["constant"]},
+              "rule": "largest worst-k margin of Pass@5/10/20 over the best single list, then mean Pass@k"}
+    # How deep each list must be for the chosen weights to rank as they do with every candidate.
+    result["candidates_sweep"] = candidates_sweep(FusionWeights(**result["chosen"]), lists, graded, n_gold)
+    # How well does choosing this way carry to queries it never saw? Repeated 2-fold cross-validation
+    # on the same gold set: choose on one half, measure on the other.
+    result["cross_validation"] = cross_validation(per_config, n_gold, len(tasks))
+    if reranker is not None:
+        weights = FusionWeights(**result["chosen"], candidates=CANDIDATES)
+        result["rerank"] = rerank_figures(reranker, rerank_candidates, weights, tasks, lists, texts, graded, n_gold)
+    return result
+
+
+def candidate_lists(store, embedder, tasks: list, version: str) -> tuple[list[tuple[list, list]], dict]:
+    """Each query's dense and lexical candidate lists (CANDIDATES deep), and every candidate's hit by
+    (doc_id, ordinal)."""
     vectors = embedder.embed([t.query for t in tasks])
     lists, texts = [], {}
     for task, vector in zip(tasks, vectors):
@@ -65,11 +86,17 @@ def sweep(store, embedder, gold, version: str, reranker=None, rerank_candidates:
         for hit in store.search.hits(version, [*dense, *lexical]):
             texts[(hit.doc_id, hit.ordinal)] = hit
         lists.append((dense, lexical))
-    n_gold = [len(t.evidence) for t in tasks]
-    graded = [{key: task.satisfied_by(hit.text) for key, hit in texts.items()} for task in tasks]
+    return lists, texts
 
-    def ranking(i: int, keys) -> list[list[int]]:
-        return [graded[i][(d, o)] for d, o, *_ in keys[: max(KS)]]
+
+def _ranking(graded: list[dict], i: int, keys) -> list[list[int]]:
+    """Query i's top max(KS) of a ranked candidate list, as the gold evidence each satisfies."""
+    return [graded[i][(d, o)] for d, o, *_ in keys[: max(KS)]]
+
+
+def config_rankings(lists: list[tuple[list, list]], graded: list[dict]) -> list[tuple]:
+    """(weights, mode, each query's ranking) for each list alone and every point of the grid."""
+    from contextual_assets.fusion import FusionWeights, fuse
 
     configs = [(None, "dense"), (None, "lexical")] + [
         (FusionWeights(dense=w, lexical=1.0, constant=c, candidates=CANDIDATES), "hybrid")
@@ -77,70 +104,82 @@ def sweep(store, embedder, gold, version: str, reranker=None, rerank_candidates:
     per_config = []
     for weights, mode in configs:
         if mode == "dense":
-            ranked = [ranking(i, d) for i, (d, _) in enumerate(lists)]
+            ranked = [_ranking(graded, i, d) for i, (d, _) in enumerate(lists)]
         elif mode == "lexical":
-            ranked = [ranking(i, lx) for i, (_, lx) in enumerate(lists)]
+            ranked = [_ranking(graded, i, lx) for i, (_, lx) in enumerate(lists)]
         else:
-            ranked = [ranking(i, fuse(d, lx, max(KS), weights)) for i, (d, lx) in enumerate(lists)]
+            ranked = [_ranking(graded, i, fuse(d, lx, max(KS), weights)) for i, (d, lx) in enumerate(lists)]
         per_config.append((weights, mode, ranked))
+    return per_config
 
-    def rows_for(indices: list[int]) -> list[dict]:
-        out = []
-        for weights, mode, ranked in per_config:
-            row = {"mode": mode, **_metrics([ranked[i] for i in indices], [n_gold[i] for i in indices])}
-            if weights is not None:
-                row.update({"dense": weights.dense, "lexical": weights.lexical, "constant": weights.constant})
-            out.append(row)
-        return out
 
-    rows = rows_for(list(range(len(tasks))))
-    best = _choose(rows)
-    result = {"version": version, "queries": len(tasks), "candidates": CANDIDATES, "rows": rows,
-              "chosen": {"dense": best["dense"], "lexical": 1.0, "constant": best["constant"]},
-              "rule": "largest worst-k margin of Pass@5/10/20 over the best single list, then mean Pass@k"}
-    # How deep each list must be for the chosen weights to rank as they do with every candidate.
-    chosen = FusionWeights(**result["chosen"])
-    result["candidates_sweep"] = []
+def _rows_for(per_config: list[tuple], n_gold: list[int], indices: list[int]) -> list[dict]:
+    """One row of metrics per configuration over the queries at `indices`."""
+    out = []
+    for weights, mode, ranked in per_config:
+        row = {"mode": mode, **_metrics([ranked[i] for i in indices], [n_gold[i] for i in indices])}
+        if weights is not None:
+            row.update({"dense": weights.dense, "lexical": weights.lexical, "constant": weights.constant})
+        out.append(row)
+    return out
+
+
+def candidates_sweep(chosen, lists: list[tuple[list, list]], graded: list[dict], n_gold: list[int]) -> list[dict]:
+    """The chosen weights' metrics with each list cut to a depth."""
+    from contextual_assets.fusion import fuse
+
+    out = []
     for depth in (20, 30, 40, 50, CANDIDATES):
         weights = chosen.model_copy(update={"candidates": depth})
-        ranked = [ranking(i, fuse(d[:depth], lx[:depth], max(KS), weights)) for i, (d, lx) in enumerate(lists)]
-        result["candidates_sweep"].append({"candidates": depth, **_metrics(ranked, n_gold)})
-    # How well does choosing this way carry to queries it never saw? Repeated 2-fold cross-validation
-    # on the same gold set: choose on one half, measure on the other.
+        ranked = [_ranking(graded, i, fuse(d[:depth], lx[:depth], max(KS), weights)) for i, (d, lx) in enumerate(lists)]
+        out.append({"candidates": depth, **_metrics(ranked, n_gold)})
+    return out
+
+
+def cross_validation(per_config: list[tuple], n_gold: list[int], queries: int) -> dict:
+    """Repeated 2-fold cross-validation: the rule chooses on one half, each fold measured on the other
+    (beside lexical alone and equal weights), mean Pass@k over the folds."""
+    import random
+
     rng = random.Random(0)
     folds = {"chosen_on_other_half": [], "lexical": [], "equal_weights": []}
     for _ in range(CV_REPEATS):
-        order = list(range(len(tasks)))
+        order = list(range(queries))
         rng.shuffle(order)
         half = len(order) // 2
         for pick, held in ((order[:half], order[half:]), (order[half:], order[:half])):
-            chosen = _choose(rows_for(pick))
-            held_rows = rows_for(held)
+            chosen = _choose(_rows_for(per_config, n_gold, pick))
+            held_rows = _rows_for(per_config, n_gold, held)
             picked = (chosen["dense"], chosen["constant"])
             folds["chosen_on_other_half"].append(next(r for r in held_rows if r["mode"] == "hybrid"
                                                       and (r["dense"], r["constant"]) == picked))
             folds["lexical"].append(next(r for r in held_rows if r["mode"] == "lexical"))
             folds["equal_weights"].append(next(r for r in held_rows if r["mode"] == "hybrid" and r["dense"] == 1.0
                                                and r["constant"] == 60))
-    result["cross_validation"] = {
+    return {
         "repeats": CV_REPEATS, "folds": 2,
         **{name: {f"pass_at_{k}": round(statistics.mean(r[f"pass_at_{k}"] for r in rs), 2) for k in KS}
            for name, rs in folds.items()}}
-    if reranker is not None:
-        weights = FusionWeights(**result["chosen"], candidates=CANDIDATES)
-        plain, reranked, seconds = [], [], []
-        for i, (task, (d, lx)) in enumerate(zip(tasks, lists)):
-            fused = fuse(d, lx, max(rerank_candidates, max(KS)), weights)
-            hits = [texts[(doc, o)] for doc, o, _ in fused]
-            plain.append(ranking(i, fused))
-            started = time.perf_counter()
-            top = reranker.rerank(task.query, hits[:rerank_candidates], max(KS))
-            seconds.append(time.perf_counter() - started)
-            reranked.append([graded[i][(h.doc_id, h.ordinal)] for h in top])
-        result["rerank"] = {"reranker": reranker.identity, "candidates": rerank_candidates,
-                            "without": _metrics(plain, n_gold), "with": _metrics(reranked, n_gold),
-                            "seconds_per_query_p50": round(statistics.median(seconds), 3)}
-    return result
+
+
+def rerank_figures(reranker, rerank_candidates: int, weights, tasks: list, lists: list[tuple[list, list]],
+                   texts: dict, graded: list[dict], n_gold: list[int]) -> dict:
+    """The fused top `rerank_candidates` of each query reranked: metrics without and with, and the
+    reranker's median seconds per query."""
+    from contextual_assets.fusion import fuse
+
+    plain, reranked, seconds = [], [], []
+    for i, (task, (d, lx)) in enumerate(zip(tasks, lists)):
+        fused = fuse(d, lx, max(rerank_candidates, max(KS)), weights)
+        hits = [texts[(doc, o)] for doc, o, _ in fused]
+        plain.append(_ranking(graded, i, fused))
+        started = time.perf_counter()
+        top = reranker.rerank(task.query, hits[:rerank_candidates], max(KS))
+        seconds.append(time.perf_counter() - started)
+        reranked.append([graded[i][(h.doc_id, h.ordinal)] for h in top])
+    return {"reranker": reranker.identity, "candidates": rerank_candidates,
+            "without": _metrics(plain, n_gold), "with": _metrics(reranked, n_gold),
+            "seconds_per_query_p50": round(statistics.median(seconds), 3)}
 
 
 def print_table(result: dict) -> None:

@@ -240,12 +240,32 @@ def spread(tasks: list[GoldTask], documents: dict[str, str], n: int, chunks: lis
 
 def run(dataset: Path, gold: Path, workdir: Path, floors: dict[str, float] | None, tolerance: float) -> dict:
     team = RedTeam(workdir, dataset, gold, floors, tolerance)
-    rows: dict[str, dict] = {}
     retrieved, _ = retrieved_tasks(team)
     gold_set = load_gold(team.gold)
     good_chunks = team.store.corpus.chunks(team.good)
     documents = {t: p.document for t, p in place_tasks(gold_set, good_chunks).items()}
 
+    rows, good = evidence_rows(team, retrieved, gold_set, documents)
+    swapped = identity_rows(team, rows, workdir, retrieved, documents, good_chunks, gold_set)
+    red_team = [rows[name] for name in RED_TEAM]
+    severity = severity_rows(team, retrieved, documents, good_chunks)
+    blocked_losses = [r["lost_tasks"] for r in severity if r["blocked"]]
+    controls = control_rows(team, gold_set, swapped)
+    team.store.aliases.set("production", team.good, "bench: end")
+    return {"dataset": str(dataset), "gold": str(gold.name), "floors": json.loads(team.settings.gate_floors_json),
+            "tolerance": tolerance, "good": good, "good_promoted": good["production_after"] == team.good,
+            "red_team": red_team, "all_blocked": all(r["blocked"] for r in red_team),
+            "controls": [{"name": r["name"], "blocked": r["blocked"], "reasons": r["reasons"],
+                          **{m: r[m] for m in METRICS}} for r in controls],
+            "false_block_rate": sum(r["blocked"] for r in controls) / len(controls),
+            "severity": severity, "min_blocked_loss": min(blocked_losses) if blocked_losses else None,
+            "one_document_blocked": rows["one_document_lost"]["blocked"]}
+
+
+def evidence_rows(team: RedTeam, retrieved: list[GoldTask], gold_set, documents: dict[str, str]) -> tuple[dict, dict]:
+    """The red team's candidates that lose evidence or documents (and the good candidate, judged between
+    the first two as a user promotes it): (rows by name, the good candidate's row)."""
+    rows: dict[str, dict] = {}
     # No production yet: the only tasks left living are ones the candidate misses.
     vacuous = team.derive(remove_evidence(retrieved), name="vacuous")
     rows["vacuous_first_promotion"] = team.evaluate("vacuous_first_promotion", vacuous)
@@ -271,7 +291,13 @@ def run(dataset: Path, gold: Path, workdir: Path, floors: dict[str, float] | Non
     one_document = team.derive(remove_evidence(victim_tasks), name="one_document")
     rows["one_document_lost"] = team.evaluate("one_document_lost", one_document)
     rows["one_document_lost"].update(document=victim, lost_tasks=len(victim_tasks))
+    return rows, good
 
+
+def identity_rows(team: RedTeam, rows: dict, workdir: Path, retrieved: list[GoldTask], documents: dict[str, str],
+                  good_chunks: list, gold_set) -> str:
+    """The red team's candidates that change what was built (the alias, an expired exception, the
+    embedder, the headers, the chunks), added to `rows`; the swapped-headers version."""
     rows["alias_swap"] = alias_swap(workdir / "alias_swap", team.sources[1:3])
 
     # Every lost task "reviewed", in scope (this version, this evaluator) but expired.
@@ -299,16 +325,23 @@ def run(dataset: Path, gold: Path, workdir: Path, floors: dict[str, float] | Non
                                                                            name="foreign_headers"))
     for name in ("injected_headers", "other_language_headers", "templated_headers"):
         rows[name] = team.evaluate(name, team.derive(name))
-    red_team = [rows[name] for name in RED_TEAM]
+    return swapped
 
+
+def severity_rows(team: RedTeam, retrieved: list[GoldTask], documents: dict[str, str], good_chunks: list) -> list[dict]:
+    """Graded severity: candidates losing SEVERITY tasks each, spread over documents."""
     severity = []
     for n in SEVERITY:
         tasks = spread(retrieved, documents, n, good_chunks)
         row = team.control(f"lose_{n}", team.derive(remove_evidence(tasks), name=f"severity_{n}"))
         severity.append({"lost_tasks": len(tasks), "documents": len({documents.get(t.id) for t in tasks}),
                          "blocked": row["blocked"], "reasons": row["reasons"], **{m: row[m] for m in METRICS}})
-    blocked_losses = [r["lost_tasks"] for r in severity if r["blocked"]]
+    return severity
 
+
+def control_rows(team: RedTeam, gold_set, swapped: str) -> list[dict]:
+    """The benign controls (identical rebuilds, a nearby re-chunk, a better candidate, a renamed
+    header source), none of which should block."""
     controls = [team.control(f"identical_rebuild_{i}", team.derive("unchanged", name=f"rebuild_{i}"))
                 for i in range(1, 6)]
     # The codebase corpus comes pre-chunked: the re-chunk changes the sample documents, judged on their gold too.
@@ -318,15 +351,7 @@ def run(dataset: Path, gold: Path, workdir: Path, floors: dict[str, float] | Non
     controls.append(team.control("better_candidate", team.good, production=swapped))
     controls.append(team.control("renamed_header_source", team.derive("unchanged", name="renamed",
                                                                        header_model="structural-v1-renamed")))
-    team.store.aliases.set("production", team.good, "bench: end")
-    return {"dataset": str(dataset), "gold": str(gold.name), "floors": json.loads(team.settings.gate_floors_json),
-            "tolerance": tolerance, "good": good, "good_promoted": good["production_after"] == team.good,
-            "red_team": red_team, "all_blocked": all(r["blocked"] for r in red_team),
-            "controls": [{"name": r["name"], "blocked": r["blocked"], "reasons": r["reasons"],
-                          **{m: r[m] for m in METRICS}} for r in controls],
-            "false_block_rate": sum(r["blocked"] for r in controls) / len(controls),
-            "severity": severity, "min_blocked_loss": min(blocked_losses) if blocked_losses else None,
-            "one_document_blocked": rows["one_document_lost"]["blocked"]}
+    return controls
 
 
 def main(argv: list[str] | None = None) -> int:

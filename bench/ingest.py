@@ -59,6 +59,12 @@ Every mode records the simulator's own lateness (`sim_max_lag_s`, `sim_lost_s`) 
 `sim_valid` against bench/sim_validity.py's bound; the summary lists `invalid_rounds`.
 """
 
+# Where things live: this module is the command line; each mode is bench/ingest_mode_<mode>.py (floor,
+# platform, legacy, peer, stream, shared_fleet), each workload bench/ingest_workload_<workload>.py (their
+# registry: bench/ingest_workloads.py); the fleet and the floors bench/ingest_fleet.py, what the modes
+# share beside it bench/ingest_harness.py, the rounds bench/ingest_rounds.py, the summaries and tables
+# bench/ingest_summary.py, the run-wide options bench/ingest_options.py.
+
 from __future__ import annotations
 
 import argparse
@@ -68,12 +74,11 @@ import tempfile
 from pathlib import Path
 
 from bench import ingest_options
+
+# Re-exported: bench.ingest's names, as tests and other bench modules import them.
 from bench.ingest_fleet import (  # noqa: F401
     EMBED_SAMPLE,
-    WORKLOAD_SPEEDS,
-    WORKLOADS,
     EmbedServer,
-    build_shared_fleet,
     chunk_requests,
     corpus_bodies,
     corpus_chunks,
@@ -89,16 +94,36 @@ from bench.ingest_fleet import (  # noqa: F401
     loaded_embedder,
     model_floor,
     oracle_figures,
-    pool_limits,
     request_body,
-    run_floor,
     start_fleet,
     with_model_floor,
     with_utilization,
-    workload_speeds,
 )
-
-# Re-exported: bench.ingest's names, as tests and other bench modules import them.
+from bench.ingest_harness import (  # noqa: F401
+    SENSOR_SELECTOR,
+    START_SENSOR,
+    BenchDagsterHome,
+    bench_store,
+    client_cpu_figure,
+    fleet_settings,
+    run_sensor_tick,
+    start_postgres,
+    start_sensor,
+)
+from bench.ingest_mode_floor import pool_limits, run_floor  # noqa: F401
+from bench.ingest_mode_legacy import run_legacy  # noqa: F401
+from bench.ingest_mode_peer import run_peer  # noqa: F401
+from bench.ingest_mode_platform import run_platform  # noqa: F401
+from bench.ingest_mode_shared_fleet import run_shared_fleet, wait_processes  # noqa: F401
+from bench.ingest_mode_stream import (  # noqa: F401
+    commit_times,
+    drop_files,
+    feed_inbox,
+    run_boundaries,
+    run_stream,
+    sensor_runs,
+    wave_batches,
+)
 from bench.ingest_options import (  # noqa: F401
     EMBED_DIM,
     EMBED_MODEL,
@@ -106,63 +131,60 @@ from bench.ingest_options import (  # noqa: F401
     SPEEDS,
     BenchOptions,
 )
-from bench.ingest_platform import (  # noqa: F401
-    SENSOR_SELECTOR,
-    START_SENSOR,
-    BenchDagsterHome,
-    bench_store,
-    client_cpu_figure,
-    fleet_settings,
-    run_legacy,
-    run_peer,
-    run_platform,
-    run_sensor_tick,
-    start_postgres,
-    start_sensor,
-)
-from bench.ingest_stream import (  # noqa: F401
-    PLATFORM_RUNS,
-    commit_times,
-    drop_files,
-    feed_inbox,
-    run_boundaries,
-    run_shared_fleet,
-    run_stream,
-    sensor_runs,
-    wait_processes,
-    wave_batches,
-)
-from bench.ingest_summary import (  # noqa: F401
+from bench.ingest_rounds import (  # noqa: F401
     BASE_MODES,
     PEER_MODES,
-    WORKLOAD_FIGURES,
+    PLATFORM_RUNS,
     check_modes,
-    max_share_error,
-    median_interval,
     one_round,
     parse_scales,
-    peer_rows,
     peer_runs,
+    run_scale,
+)
+from bench.ingest_summary import (  # noqa: F401
+    WORKLOAD_FIGURES,
+    max_share_error,
+    median_interval,
+    peer_rows,
     print_peers,
     print_table,
-    run_scale,
     summarize,
 )
-from bench.ingest_workloads import (  # noqa: F401  re-exported
+from bench.ingest_workloads import (  # noqa: F401
     WORKLOAD_OPTIONS,
+    WORKLOAD_SPEEDS,
+    WORKLOADS,
     build_codebase,
     build_kv_stress,
     build_seed,
+    build_shared_fleet,
     build_shared_parts,
     build_skewed,
     build_small,
     build_stream,
+    workload_speeds,
 )
 from bench.report import write_json
 from bench.run_events import cpu_ms_per_event
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    modes, scales = configure(parser, args)
+    speeds = workload_speeds(args.workload)
+    if {"platform"} & set(modes):
+        ingest_options.CPU_MS_PER_EVENT[ingest_options.OPTIONS.dagster_storage] = cpu_ms_per_event(ingest_options.OPTIONS.dagster_storage)
+
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        result = measure(args, modes, scales, speeds, workdir)
+        write_json(args.json, result)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="seed")
     parser.add_argument("--runs", type=int, default=1, help="rounds of every mode; medians are reported")
@@ -196,7 +218,12 @@ def main(argv: list[str] | None = None) -> int:
                              "loop wakes every 30 s); default: right after, so its first iteration takes it")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def configure(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[str], list[float]]:
+    """The run-wide options (bench/ingest_options.py) from the arguments, and the modes and time scales
+    they name (a wrong combination ends in the parser's error)."""
     ingest_options.OPTIONS = BenchOptions(cap=args.cap, max_num_seqs=args.max_num_seqs, cost_model=args.cost_model,
                            engines=args.engines, metrics_lag_s=args.metrics_lag_s, embedder=args.embedder,
                            ingest_slots=args.ingest_slots, processes=args.processes,
@@ -219,58 +246,70 @@ def main(argv: list[str] | None = None) -> int:
         scales = parse_scales(args.time_scales) if args.time_scales else [args.time_scale or 1.0]
     except ValueError as exc:
         parser.error(f"--time-scales: {exc}")
-    speeds = workload_speeds(args.workload)
-    if {"platform"} & set(modes):
-        ingest_options.CPU_MS_PER_EVENT[ingest_options.OPTIONS.dagster_storage] = cpu_ms_per_event(ingest_options.OPTIONS.dagster_storage)
+    return modes, scales
 
-    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
-        workdir = args.workdir or Path(tmp)
-        workdir.mkdir(parents=True, exist_ok=True)
-        build = WORKLOADS[args.workload]
-        paths = build(workdir / "corpus") if args.documents is None else build(workdir / "corpus", args.documents)
-        docs, counter, settings = corpus_chunks(paths)
-        # Timing MiniLM on this CPU is for the platform's local-embedder rows: the pool alone needs none.
-        embed_s = embed_seconds(docs) if set(modes) - {"floor"} else None
-        per_scale = [run_scale(workdir, scale, paths, docs, counter, settings, modes, args.workload, args.runs,
-                               args.waves, args.wave_interval) for scale in scales]
-        for entry in per_scale:
-            print_table(args.workload, entry["time_scale"], embed_s, entry["rounds"], entry)
-        worst = max(per_scale, key=lambda e: e.get("wall_over_model_floor") or 0)
-        summary = dict(worst)
-        if args.workload == "small":
-            summary["sensor_tick"] = run_sensor_tick(workdir, paths)
-            if summary.get("wall_s") and summary.get("floor_s"):
-                # What a document costs beyond its share of fleet time, and where it goes.
-                summary["per_document_overhead_s"] = round((summary["wall_s"] - summary["floor_s"]) / len(paths), 3)
-            print(f"sensor tick over {len(paths)} new files: {summary['sensor_tick']['tick_s']} s, "
-                  f"{summary['sensor_tick']['run_requests']} run request(s); per-document overhead "
-                  f"{summary.get('per_document_overhead_s')} s")
-        if len(per_scale) > 1:
-            print("sweep: " + ", ".join(f"{e['time_scale']}: {e.get('wall_over_model_floor')}" for e in per_scale)
-                  + f" (worst {worst['time_scale']})")
-        from contextual_assets.settings import PlatformSettings
 
-        result = {
-            "workload": args.workload, "documents": len(paths), "chunks": sum(len(d.chunks) for d in docs),
-            "embedder": args.embedder, "embed_s_local_cpu": None if embed_s is None else round(embed_s, 2),
-            **({"time_scales": scales} if len(scales) > 1 else {"time_scale": scales[0]}),
-            "wall_over_model_floor": worst.get("wall_over_model_floor"),
-            "utilization": worst.get("utilization"), "mean_batch_occupancy": worst.get("mean_batch_occupancy"),
-            "idle_while_pending_s": worst.get("idle_while_pending_s"),
-            "client_cpu_ms_per_request": client_cpu_figure(),
-            "max_num_seqs": ingest_options.OPTIONS.max_num_seqs, "cap_configured": ingest_options.OPTIONS.cap, "cost_model": ingest_options.OPTIONS.cost_model,
-            "engines": ingest_options.OPTIONS.engines, "metrics_lag_s": ingest_options.OPTIONS.metrics_lag_s,
-            "kv_cache_tokens": ingest_options.OPTIONS.sim_spec().kv_cache_tokens or None, "context_tokens": settings.context_tokens,
-            "speeds": list(speeds), "peers": worst.get("peers", []),
-            "partitions_per_run": PlatformSettings.from_env().partitions_per_run,
-            "ingest_slots": ingest_options.OPTIONS.ingest_slots, "dagster_storage": ingest_options.OPTIONS.dagster_storage,
-            "daemon_first": ingest_options.OPTIONS.daemon_first,
-            "processes": ingest_options.OPTIONS.processes if args.workload == "shared-fleet" else None, "machine": f"{os.cpu_count()} cores",
-            "scales": [{k: v for k, v in e.items() if k != "timeline"} for e in per_scale],
-            "summary": {k: v for k, v in summary.items() if k not in ("rounds", "peers")},
-        }
-        write_json(args.json, result)
-    return 0
+def measure(args: argparse.Namespace, modes: list[str], scales: list[float], speeds: tuple[float, ...],
+            workdir: Path) -> dict:
+    """The workload built under `workdir`, every round of every mode at every time scale (tables printed
+    as they finish), and the result bench.ingest writes."""
+    build = WORKLOADS[args.workload]
+    paths = build(workdir / "corpus") if args.documents is None else build(workdir / "corpus", args.documents)
+    docs, counter, settings = corpus_chunks(paths)
+    # Timing MiniLM on this CPU is for the platform's local-embedder rows: the pool alone needs none.
+    embed_s = embed_seconds(docs) if set(modes) - {"floor"} else None
+    per_scale = [run_scale(workdir, scale, paths, docs, counter, settings, modes, args.workload, args.runs,
+                           args.waves, args.wave_interval) for scale in scales]
+    for entry in per_scale:
+        print_table(args.workload, entry["time_scale"], embed_s, entry["rounds"], entry)
+    worst = max(per_scale, key=lambda e: e.get("wall_over_model_floor") or 0)
+    summary = dict(worst)
+    if args.workload == "small":
+        with_sensor_tick(summary, workdir, paths)
+    if len(per_scale) > 1:
+        print("sweep: " + ", ".join(f"{e['time_scale']}: {e.get('wall_over_model_floor')}" for e in per_scale)
+              + f" (worst {worst['time_scale']})")
+    return result_of(args, paths, docs, settings, embed_s, scales, speeds, per_scale, worst, summary)
+
+
+def with_sensor_tick(summary: dict, workdir: Path, paths: list[Path]) -> None:
+    """The small workload's extra: one `new_documents` tick over the corpus, and what a document costs
+    beyond its share of fleet time."""
+    summary["sensor_tick"] = run_sensor_tick(workdir, paths)
+    if summary.get("wall_s") and summary.get("floor_s"):
+        # What a document costs beyond its share of fleet time, and where it goes.
+        summary["per_document_overhead_s"] = round((summary["wall_s"] - summary["floor_s"]) / len(paths), 3)
+    print(f"sensor tick over {len(paths)} new files: {summary['sensor_tick']['tick_s']} s, "
+          f"{summary['sensor_tick']['run_requests']} run request(s); per-document overhead "
+          f"{summary.get('per_document_overhead_s')} s")
+
+
+def result_of(args: argparse.Namespace, paths: list[Path], docs, settings, embed_s: float | None,
+              scales: list[float], speeds: tuple[float, ...], per_scale: list[dict], worst: dict,
+              summary: dict) -> dict:
+    """What bench.ingest writes (`--json`): the workload, the run-wide options, the worst scale's
+    headline, every scale and the summary."""
+    from contextual_assets.settings import PlatformSettings
+
+    return {
+        "workload": args.workload, "documents": len(paths), "chunks": sum(len(d.chunks) for d in docs),
+        "embedder": args.embedder, "embed_s_local_cpu": None if embed_s is None else round(embed_s, 2),
+        **({"time_scales": scales} if len(scales) > 1 else {"time_scale": scales[0]}),
+        "wall_over_model_floor": worst.get("wall_over_model_floor"),
+        "utilization": worst.get("utilization"), "mean_batch_occupancy": worst.get("mean_batch_occupancy"),
+        "idle_while_pending_s": worst.get("idle_while_pending_s"),
+        "client_cpu_ms_per_request": client_cpu_figure(),
+        "max_num_seqs": ingest_options.OPTIONS.max_num_seqs, "cap_configured": ingest_options.OPTIONS.cap, "cost_model": ingest_options.OPTIONS.cost_model,
+        "engines": ingest_options.OPTIONS.engines, "metrics_lag_s": ingest_options.OPTIONS.metrics_lag_s,
+        "kv_cache_tokens": ingest_options.OPTIONS.sim_spec().kv_cache_tokens or None, "context_tokens": settings.context_tokens,
+        "speeds": list(speeds), "peers": worst.get("peers", []),
+        "partitions_per_run": PlatformSettings.from_env().partitions_per_run,
+        "ingest_slots": ingest_options.OPTIONS.ingest_slots, "dagster_storage": ingest_options.OPTIONS.dagster_storage,
+        "daemon_first": ingest_options.OPTIONS.daemon_first,
+        "processes": ingest_options.OPTIONS.processes if args.workload == "shared-fleet" else None, "machine": f"{os.cpu_count()} cores",
+        "scales": [{k: v for k, v in e.items() if k != "timeline"} for e in per_scale],
+        "summary": {k: v for k, v in summary.items() if k not in ("rounds", "peers")},
+    }
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """bench.ingest's fleet side: the simulated fleet and embedder, the fleet's figures, the corpus's
-requests, the model and oracle floors and the floor mode (`run_floor`)."""
+requests, and the model and oracle floors (the modes are bench/ingest_mode_*.py)."""
 
 from __future__ import annotations
 
@@ -9,36 +9,9 @@ from pathlib import Path
 from bench import ingest_options
 from bench.fleet_share import work_share_figures
 from bench.ingest_options import EMBED_DIM, EMBED_MODEL, SPEEDS
-from bench.ingest_workloads import (
-    build_codebase,
-    build_kv_stress,
-    build_seed,
-    build_shared_parts,
-    build_skewed,
-    build_small,
-    build_stream,
-)
 from bench.model_floor import CostModel, engine_speeds, floor_figures
 from bench.sim import SimFleet
 from bench.sim_validity import sim_lag
-
-
-# Reads OPTIONS.processes, so it lives beside them.
-def build_shared_fleet(dest: Path, documents: int | None = None, paragraphs: int = 60) -> list[Path]:
-    """`--processes` parts in folders a/, b/, ..., one per `ctx ingest` process of `run_shared_fleet`
-    (`documents` in all; default SHARED_FLEET_DOCUMENTS_PER_PROCESS each)."""
-    return build_shared_parts(dest, ingest_options.OPTIONS.processes, documents, paragraphs)
-
-
-WORKLOADS = {"seed": build_seed, "codebase": build_codebase, "small": build_small, "skewed": build_skewed,
-             "stream": build_stream, "shared-fleet": build_shared_fleet, "kv-stress": build_kv_stress}
-# Fleets other than SPEEDS: two processes sharing unequal replicas.
-WORKLOAD_SPEEDS = {"shared-fleet": (1.0, 1.0, 0.6, 0.4)}
-
-
-def workload_speeds(workload: str) -> tuple[float, ...]:
-    return WORKLOAD_SPEEDS.get(workload, SPEEDS)
-
 
 # ---- the simulated fleet, one cold process per measurement -----------------------------------------
 
@@ -289,43 +262,6 @@ def with_model_floor(result: dict, floors: dict) -> dict:
             result[name] = floors[name]
             result[ratio] = round(result["wall_s"] / floors[name], 3)
     return result
-
-
-def run_floor(workdir: Path, time_scale: float, docs, counter, settings, speeds: tuple[float, ...] = SPEEDS) -> dict:
-    from contextual_assets.fleet.metrics_timeline import MetricsSampler
-
-    sim = start_fleet(workdir, time_scale, speeds)
-    fleet = header_fleet(sim.base_urls)
-    try:
-        source = header_source(fleet, counter)
-        requests = corpus_requests(docs, counter, settings, source, fleet.context_limit)
-        sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
-        started, cpu = time.monotonic(), time.process_time()
-        results = fleet.run(requests)
-        wall = time.monotonic() - started
-        timeline = sampler.stop()
-        # This process's CPU is the client's (the simulator runs in its own), less the bench's sampler.
-        client_cpu = time.process_time() - cpu - sampler.thread_cpu_s
-        found = pool_limits(fleet)
-        failed = [r for r in results if isinstance(r, BaseException)]
-        if failed:
-            raise SystemExit(f"floor: {len(failed)} requests failed: {failed[0]}")
-        figures = fleet_figures(sim, timeline, speeds, time_scale)
-    finally:
-        fleet.close()
-        sim.stop()
-    figures.pop("timeline")
-    return {"wall_s": round(wall, 2), "client_cpu_ms_per_request": round(client_cpu * 1000 / max(1, len(requests)), 3),
-            **found, **figures}
-
-
-def pool_limits(fleet) -> dict:
-    """The concurrency each replica's capacity search settled at (`limit_found`) and the most requests
-    the pool had on it (`peak_in_flight`): what the client's CPU per request was measured at."""
-    from contextual_assets.fleet.capacity import concurrency_limit
-
-    return {"limit_found": [concurrency_limit(s) for s in fleet.replicas],
-            "peak_in_flight": [s.peak_in_flight for s in fleet.replicas]}
 
 
 def loaded_embedder():

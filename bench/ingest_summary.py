@@ -1,72 +1,12 @@
-"""bench.ingest's rounds, scales, summaries and tables."""
+"""bench.ingest's summaries and tables: the medians and ratios over a time scale's rounds, the peers'
+rows, and the printed tables (the rounds themselves: bench/ingest_rounds.py)."""
 
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 from bench import ingest_options
-from bench.ingest_fleet import (
-    fleet_work_per_process,
-    model_floor,
-    oracle_figures,
-    run_floor,
-    with_model_floor,
-    with_utilization,
-    workload_speeds,
-)
-from bench.ingest_platform import run_legacy, run_peer, run_platform
-from bench.ingest_stream import PLATFORM_RUNS, wave_batches
-from bench.sim_validity import lag_flag, validity_summary, with_sim_validity
-
-# ---- driver --------------------------------------------------------------------------------------
-
-def one_round(workdir: Path, time_scale: float, paths, docs, counter, settings, modes: list[str],
-              workload: str = "seed", floors: dict | None = None, platform_options: dict | None = None,
-              round_index: int = 0) -> dict:
-    expected = sum(len(d.chunks) for d in docs)
-    speeds = workload_speeds(workload)
-    out: dict = {}
-    if "floor" in modes:
-        out["floor"] = run_floor(workdir, time_scale, docs, counter, settings, speeds)
-    if "platform" in modes:
-        run = PLATFORM_RUNS.get(workload, run_platform)
-        out["platform"] = run(workdir, time_scale, paths, expected, speeds=speeds, **(platform_options or {}))
-    if "legacy" in modes:
-        out["legacy"] = run_legacy(workdir, time_scale, docs, counter, settings, speeds)
-    for name, prompt in peer_runs(modes):
-        for balancer in ingest_options.BALANCERS_RUN:
-            out[f"{name}/{prompt}/{balancer}"] = run_peer(workdir, time_scale, paths, docs, counter, settings, name,
-                                                          prompt, speeds, seed=round_index, balancer=balancer)
-    for result in out.values():
-        with_sim_validity(with_utilization(result, time_scale))
-        if floors is not None:
-            with_model_floor(result, floors)
-    return out
-
-
-PEER_MODES = ("peer_llamaindex", "peer_cookbook")
-BASE_MODES = ("floor", "platform", "legacy")
-
-
-def peer_runs(modes: list[str]) -> list[tuple[str, str]]:
-    """(peer, prompt) pairs of the modes: `peer_x` runs both prompts, `peer_x:own` or `peer_x:ours` one."""
-    runs = []
-    for mode in modes:
-        name, _, prompt = mode.partition(":")
-        if name in PEER_MODES:
-            runs += [(name, p) for p in (("own", "ours") if not prompt else (prompt,))]
-    return runs
-
-
-def check_modes(modes: list[str]) -> str | None:
-    """None, or the one-line complaint about the first mode --modes does not know."""
-    for mode in modes:
-        name, _, prompt = mode.partition(":")
-        if not (mode in BASE_MODES or (name in PEER_MODES and prompt in ("", "own", "ours"))):
-            return (f"--modes: unknown mode {mode!r}; use {', '.join(BASE_MODES + PEER_MODES)} "
-                    f"(a peer alone with one prompt: peer_cookbook:own or peer_cookbook:ours)")
-    return None
+from bench.sim_validity import lag_flag, validity_summary
 
 
 def median_interval(values: list[float], confidence: float = 0.95, resamples: int = 10_000,
@@ -113,11 +53,24 @@ def peer_rows(rounds: list[dict]) -> list[dict]:
 
 
 def summarize(rounds: list[dict]) -> dict:
+    summary = mode_medians(rounds)
+    summary["model_floor_s"] = next((r[m]["model_floor_s"] for r in rounds for m in r if "model_floor_s" in r[m]),
+                                    None)
+    summary.update(round_ratios(rounds))
+    summary["idle_while_pending_share"] = summary["idle_share"]  # the issue's name for the same figure
+    summary.update(last_round_figures(rounds))
+    summary["peers"] = peer_rows(rounds)
+    summary.update(validity_summary(rounds))  # invalid_rounds: the simulator fell behind (bench/sim_validity.py)
+    return summary
+
+
+def mode_medians(rounds: list[dict]) -> dict:
+    """Each mode's figures, medians over the rounds (None where no round has one)."""
     def median(mode: str, field: str):
         values = [r[mode][field] for r in rounds if mode in r and r[mode].get(field) is not None]
         return round(statistics.median(values), 3) if values else None
 
-    summary = {
+    return {
         "floor_s": median("floor", "wall_s"),
         "wall_s": median("platform", "wall_s"),
         "legacy_wall_s": median("legacy", "wall_s"),
@@ -145,8 +98,10 @@ def summarize(rounds: list[dict]) -> dict:
         "floor_preemptions": median("floor", "preemptions"),
         "floor_limits_found": [r["floor"].get("limit_found") for r in rounds if "floor" in r],
     }
-    summary["model_floor_s"] = next((r[m]["model_floor_s"] for r in rounds for m in r if "model_floor_s" in r[m]),
-                                    None)
+
+
+def round_ratios(rounds: list[dict]) -> dict:
+    """The ratios of the modes' walls within each round (and to the floors), medians over the rounds."""
     ratios = {"wall_over_floor": [], "wall_over_model_floor": [], "floor_over_model_floor": [],
               "legacy_over_platform": [], "idle_share": [], "launch_to_commit_over_model_floor": [],
               "platform_minus_floor_s": [], "wall_over_oracle": [], "floor_over_oracle": []}
@@ -168,24 +123,25 @@ def summarize(rounds: list[dict]) -> dict:
         if r.get("platform", {}).get("launch_to_commit_s") and r["platform"].get("model_floor_s"):
             ratios["launch_to_commit_over_model_floor"].append(
                 r["platform"]["launch_to_commit_s"] / r["platform"]["model_floor_s"])
-    for name, values in ratios.items():
-        summary[name] = round(statistics.median(values), 3) if values else None
-    summary["idle_while_pending_share"] = summary["idle_share"]  # the issue's name for the same figure
+    return {name: round(statistics.median(values), 3) if values else None for name, values in ratios.items()}
+
+
+def last_round_figures(rounds: list[dict]) -> dict:
+    """The fleet's shares (the largest errors over the rounds), chunks, runs and timeline of the last
+    round's platform, and the stream's and the shared fleet's own figures from it."""
     last = rounds[-1].get("platform", {})
     chunks = next((r[m]["chunks"] for r in rounds for m in r if r[m].get("chunks") is not None), None)
-    summary.update({"replica_share": last.get("replica_share"), "capacity_share": last.get("capacity_share"),
-                    # The platform's (the headline's), and the floor's apart: every request at once through
-                    # the pool is a diagnostic; a peer's own draws are in its round entry.
-                    "share_max_relative_error": max_share_error(rounds, "platform"),
-                    "floor_share_max_relative_error": max_share_error(rounds, "floor"),
-                    "work_share_error": max_share_error(rounds, "platform", "work_share_error"),
-                    "chunks": last.get("chunks", chunks), "runs_per_backfill": last.get("runs"),
-                    "timeline": last.get("timeline")})
+    figures = {"replica_share": last.get("replica_share"), "capacity_share": last.get("capacity_share"),
+               # The platform's (the headline's), and the floor's apart: every request at once through
+               # the pool is a diagnostic; a peer's own draws are in its round entry.
+               "share_max_relative_error": max_share_error(rounds, "platform"),
+               "floor_share_max_relative_error": max_share_error(rounds, "floor"),
+               "work_share_error": max_share_error(rounds, "platform", "work_share_error"),
+               "chunks": last.get("chunks", chunks), "runs_per_backfill": last.get("runs"),
+               "timeline": last.get("timeline")}
     # The stream's and the shared fleet's own figures, from the last round.
-    summary.update({k: last[k] for k in WORKLOAD_FIGURES if k in last})
-    summary["peers"] = peer_rows(rounds)
-    summary.update(validity_summary(rounds))  # invalid_rounds: the simulator fell behind (bench/sim_validity.py)
-    return summary
+    figures.update({k: last[k] for k in WORKLOAD_FIGURES if k in last})
+    return figures
 
 
 def max_share_error(rounds: list[dict], mode: str, field: str = "share_max_relative_error") -> float | None:
@@ -258,37 +214,3 @@ def print_peers(summary: dict) -> None:
               f"{cell(row['over_platform'], 14, '.3f')} {interval} {cell(row['header_tokens_prompt'], 14, ',.0f')} "
               f"{cell(row['idle_while_pending_s'], 7, '.1f')} {cell(row['idle_share'], 11, '.3f')} "
               f"{cell(row['headers_missing'], 8, 'd')}")
-
-
-def parse_scales(text: str) -> list[float]:
-    scales = [float(x) for x in text.split(",") if x.strip()]
-    if not scales or any(x <= 0 for x in scales):
-        raise ValueError("time scales must be positive numbers, e.g. 0.5,1,2,4,8")
-    return scales
-
-
-def run_scale(workdir: Path, time_scale: float, paths, docs, counter, settings, modes: list[str], workload: str,
-              runs: int, waves: int, wave_interval: float | None) -> dict:
-    """Every round of every mode at one time scale: the rounds and their summary."""
-    speeds = workload_speeds(workload)
-    model = model_floor(docs, counter, settings, time_scale, speeds)
-    options, arrivals = {}, None
-    if workload == "stream":
-        # Files arrive twice as fast as the fleet could serve them: it never waits for the inbox.
-        interval = wave_interval if wave_interval is not None else \
-            round(max(1.0, model["model_floor_s"] / 2 / max(1, waves - 1)), 2)
-        options = {"waves": waves, "wave_interval_s": interval}
-        # The oracle gets each file when its wave is dropped (docs are in the paths' order).
-        arrivals = {doc.doc_id: k * interval
-                    for k, batch in enumerate(wave_batches(list(docs), waves)) for doc in batch}
-    if workload == "shared-fleet":  # enough work per process for the shares to settle (>= 30 s wanted)
-        model["fleet_work_s_per_process"] = fleet_work_per_process(docs, counter, settings, time_scale, speeds)
-        print(f"fleet work per process (model floor): {model['fleet_work_s_per_process']} s", flush=True)
-    model.update(oracle_figures(docs, counter, settings, time_scale, speeds, arrivals))
-    rounds = []
-    for i in range(runs):
-        rounds.append(one_round(workdir, time_scale, paths, docs, counter, settings, modes, workload,
-                                model, options, round_index=i))
-        print(f"time scale {time_scale}, round {i + 1}: "
-              + ", ".join(f"{m} {r['wall_s']} s" for m, r in rounds[-1].items()), flush=True)
-    return {"time_scale": time_scale, **model, "rounds": rounds, **summarize(rounds)}

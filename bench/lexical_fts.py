@@ -37,12 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import pgserver
-    import psycopg
+    import psycopg  # noqa: F401 - missing, it fails here, before the corpus is ingested
 
     from bench.retrieval import ingest_corpus
-    from contextual_assets.store.lexical import lexical_text, tokenize
     from eval_assets.gold.gold_set import load_gold
-    from eval_assets.ranking_metrics import pass_at_k
 
     gold = load_gold(args.gold or (args.dataset / "evaluation_set.dev.jsonl"))
     with tempfile.TemporaryDirectory(prefix="ctx-fts-") as tmp:
@@ -53,35 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         data_dir = Path(tempfile.mkdtemp(prefix="ctx-fts-pg-"))
         server = pgserver.get_server(data_dir, cleanup_mode="stop")
         try:
-            with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-                conn.execute("DROP TABLE IF EXISTS fts; CREATE TABLE fts (i INTEGER PRIMARY KEY, tsv TSVECTOR)")
-                with conn.cursor().copy("COPY fts (i, tsv) FROM STDIN") as copy:
-                    for i, c in enumerate(chunks):
-                        tokens = tokenize(lexical_text(c.title, c.section_path, c.header, c.text))
-                        copy.write_row((i, " ".join(t.replace("'", "") for t in tokens)))
-                conn.execute("UPDATE fts SET tsv = to_tsvector('simple', tsv::text)")
-                conn.execute("CREATE INDEX ON fts USING gin (tsv)")
-                rows = []
-                for name, expression in [("BM25 (the store)", None), *RANKINGS.items()]:
-                    scores = {k: [] for k in KS}
-                    for task in gold.tasks:
-                        if expression is None:
-                            hits = [h.text for h in store.search.lexical(task.query, version, max(KS))]
-                        else:
-                            terms = sorted(set(tokenize(task.query)))
-                            if not terms:
-                                hits = []
-                            else:
-                                query = " | ".join(t.replace("'", "") for t in terms)
-                                found = conn.execute(
-                                    f"SELECT i FROM fts, to_tsquery('simple', %s) q WHERE tsv @@ q "
-                                    f"ORDER BY {expression} DESC, i LIMIT %s", (query, max(KS))).fetchall()
-                                hits = [chunks[i].text for (i,) in found]
-                        ranking = [task.satisfied_by(text) for text in hits]
-                        for k in KS:
-                            scores[k].append(pass_at_k(ranking, len(task.evidence), k))
-                    rows.append({"ranking": name, **{f"pass_at_{k}": round(100 * statistics.mean(v), 2)
-                                                     for k, v in scores.items()}})
+            rows = compare_rankings(server.get_uri(), store, version, chunks, gold)
         finally:
             server.cleanup()
             shutil.rmtree(data_dir, ignore_errors=True)
@@ -91,6 +61,51 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {r['ranking']:36s} {r['pass_at_5']:6.1f} {r['pass_at_10']:7.1f} {r['pass_at_20']:7.1f}")
     write_json(args.json, result)
     return 0
+
+
+def compare_rankings(database_url: str, store, version: str, chunks: list, gold) -> list[dict]:
+    """Pass@k of the store's BM25 and of each Postgres ranking in RANKINGS, over the same chunks (a GIN
+    index on their tokens) and the gold set's queries."""
+    import psycopg
+
+    from contextual_assets.store.lexical import lexical_text, tokenize
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS fts; CREATE TABLE fts (i INTEGER PRIMARY KEY, tsv TSVECTOR)")
+        with conn.cursor().copy("COPY fts (i, tsv) FROM STDIN") as copy:
+            for i, c in enumerate(chunks):
+                tokens = tokenize(lexical_text(c.title, c.section_path, c.header, c.text))
+                copy.write_row((i, " ".join(t.replace("'", "") for t in tokens)))
+        conn.execute("UPDATE fts SET tsv = to_tsvector('simple', tsv::text)")
+        conn.execute("CREATE INDEX ON fts USING gin (tsv)")
+        return [ranking_row(conn, store, version, chunks, gold, name, expression)
+                for name, expression in [("BM25 (the store)", None), *RANKINGS.items()]]
+
+
+def ranking_row(conn, store, version: str, chunks: list, gold, name: str, expression: str | None) -> dict:
+    """One ranking's Pass@k over the gold set: the store's BM25 (`expression` None) or a Postgres
+    ranking expression over the fts table."""
+    from contextual_assets.store.lexical import tokenize
+    from eval_assets.ranking_metrics import pass_at_k
+
+    scores = {k: [] for k in KS}
+    for task in gold.tasks:
+        if expression is None:
+            hits = [h.text for h in store.search.lexical(task.query, version, max(KS))]
+        else:
+            terms = sorted(set(tokenize(task.query)))
+            if not terms:
+                hits = []
+            else:
+                query = " | ".join(t.replace("'", "") for t in terms)
+                found = conn.execute(
+                    f"SELECT i FROM fts, to_tsquery('simple', %s) q WHERE tsv @@ q "
+                    f"ORDER BY {expression} DESC, i LIMIT %s", (query, max(KS))).fetchall()
+                hits = [chunks[i].text for (i,) in found]
+        ranking = [task.satisfied_by(text) for text in hits]
+        for k in KS:
+            scores[k].append(pass_at_k(ranking, len(task.evidence), k))
+    return {"ranking": name, **{f"pass_at_{k}": round(100 * statistics.mean(v), 2) for k, v in scores.items()}}
 
 
 if __name__ == "__main__":

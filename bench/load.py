@@ -62,80 +62,107 @@ def run_store(backend: str, corpus: Corpus, per_doc: int, queries: np.ndarray, q
     store = open_store(pg_url if backend == "postgres" else None, workdir / f"{backend}.duckdb")
     try:
         store.corpus.register_index_version(INDEX_VERSION, {"bench": "load"})
-        deferred = backend == "postgres" and defer_hnsw
-        if deferred:
-            # Bulk path: rows still go through replace_document (COPY, one transaction per document),
-            # but the HNSW index is built once after the load instead of maintained row by row.
-            store.backend._indexed_dims.add(corpus.dim)
-        load_s = build_s = 0.0
-        t_build = time.perf_counter()
-        for record, chunks in documents(corpus, per_doc):
-            t0 = time.perf_counter()
-            store.corpus.replace_document(record, chunks)
-            load_s += time.perf_counter() - t0
-        build_s = time.perf_counter() - t_build - load_s
-        count = store.corpus.count_chunks(INDEX_VERSION)
-        result: dict = {"chunks": count, "documents": len(store.corpus.documents(INDEX_VERSION)),
-                        "load_s": round(load_s, 1), "load_chunks_per_s": round(count / load_s) if load_s else None,
-                        "build_chunk_objects_s": round(build_s, 1),
-                        "load_path": "replace_document, HNSW index built after" if deferred else "replace_document"}
-        if deferred:
-            store.backend._indexed_dims.discard(corpus.dim)
-            t0 = time.perf_counter()
-            store.backend._ensure_hnsw(corpus.dim)
-            result["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
+        result = load_corpus(store, corpus, per_doc, deferred=backend == "postgres" and defer_hnsw)
         if backend == "postgres":
-            t0 = time.perf_counter()
-            with store.backend._pool.connection() as conn:
-                conn.execute("ANALYZE ctx_chunks")
-            result["analyze_s"] = round(time.perf_counter() - t0, 2)
-            plan = "\n".join(r[0] for r in store.backend.query(
-                f"EXPLAIN SELECT doc_id FROM ctx_chunks WHERE embedding_dim = {corpus.dim} AND index_version = ? "
-                f"ORDER BY embedding::vector({corpus.dim}) <=> ?::vector({corpus.dim}) LIMIT 10",
-                (INDEX_VERSION, "[" + ",".join(["0.05"] * corpus.dim) + "]")))
-            result["dense_plan_uses_hnsw"] = f"ctx_chunks_hnsw_{corpus.dim}" in plan
-
-        def timed(fn, items):
-            out, times = [], []
-            for item in items:
-                t0 = time.perf_counter()
-                out.append(fn(item))
-                times.append(time.perf_counter() - t0)
-            return out, times
-
-        t0 = time.perf_counter()
-        store.search.dense(queries[0].tolist(), INDEX_VERSION, K)
-        result["first_dense_query_s"] = round(time.perf_counter() - t0, 2)
-        hits, times = timed(lambda q: store.search.dense(q.tolist(), INDEX_VERSION, K), queries)
-        result["dense"] = {"p50_ms": ms(percentile(times, 50)), "p95_ms": ms(percentile(times, 95)),
-                           "recall_at_10": round(recall([[chunk_index(h, per_doc) for h in hs] for hs in hits],
-                                                        truth, K), 4)}
-        t0 = time.perf_counter()
-        store.search.hybrid(query_texts[0], queries[0].tolist(), INDEX_VERSION, K)
-        result["first_hybrid_query_s"] = round(time.perf_counter() - t0, 2)
-        _, times = timed(lambda i: store.search.hybrid(query_texts[i], queries[i].tolist(), INDEX_VERSION, K),
-                         range(len(queries)))
-        result["hybrid"] = {"p50_ms": ms(percentile(times, 50)), "p95_ms": ms(percentile(times, 95))}
+            result.update(postgres_plan(store, corpus))
+        result.update(query_latency(store, queries, query_texts, truth, per_doc))
         if backend == "postgres":
             result["ef_search_default"] = getattr(store.backend, "ef_search", None)
             result["ef_sweep"] = ef_sweep_results(store, queries, truth, per_doc, ef_sweep)
-        # Steady state: a few more documents written through replace_document into the full store
-        # (on Postgres with the HNSW index live), under another index version so searches above are unaffected.
-        store.corpus.register_index_version(INDEX_VERSION + "-live", {"bench": "load"})
-        live_s, live_n = 0.0, 0
-        for n, (record, chunks) in enumerate(documents(corpus, per_doc)):
-            if n >= live_docs:
-                break
-            record = record.model_copy(update={"index_version": INDEX_VERSION + "-live"})
-            t0 = time.perf_counter()
-            store.corpus.replace_document(record, chunks)
-            live_s += time.perf_counter() - t0
-            live_n += len(chunks)
-        if live_n:
-            result["live_write"] = {"chunks": live_n, "s": round(live_s, 2), "chunks_per_s": round(live_n / live_s)}
+        live = live_write(store, corpus, per_doc, live_docs)
+        if live is not None:
+            result["live_write"] = live
         return result
     finally:
         store.close()
+
+
+def load_corpus(store, corpus: Corpus, per_doc: int, deferred: bool) -> dict:
+    """Every document of the corpus written through `replace_document`, timed (building the chunk
+    objects apart); `deferred`: the HNSW index built once after the load, timed too."""
+    if deferred:
+        # Bulk path: rows still go through replace_document (COPY, one transaction per document),
+        # but the HNSW index is built once after the load instead of maintained row by row.
+        store.backend._indexed_dims.add(corpus.dim)
+    load_s = build_s = 0.0
+    t_build = time.perf_counter()
+    for record, chunks in documents(corpus, per_doc):
+        t0 = time.perf_counter()
+        store.corpus.replace_document(record, chunks)
+        load_s += time.perf_counter() - t0
+    build_s = time.perf_counter() - t_build - load_s
+    count = store.corpus.count_chunks(INDEX_VERSION)
+    result: dict = {"chunks": count, "documents": len(store.corpus.documents(INDEX_VERSION)),
+                    "load_s": round(load_s, 1), "load_chunks_per_s": round(count / load_s) if load_s else None,
+                    "build_chunk_objects_s": round(build_s, 1),
+                    "load_path": "replace_document, HNSW index built after" if deferred else "replace_document"}
+    if deferred:
+        store.backend._indexed_dims.discard(corpus.dim)
+        t0 = time.perf_counter()
+        store.backend._ensure_hnsw(corpus.dim)
+        result["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
+    return result
+
+
+def postgres_plan(store, corpus: Corpus) -> dict:
+    """Postgres: ANALYZE's time, and whether the dense query's plan uses the HNSW index."""
+    t0 = time.perf_counter()
+    with store.backend._pool.connection() as conn:
+        conn.execute("ANALYZE ctx_chunks")
+    result = {"analyze_s": round(time.perf_counter() - t0, 2)}
+    plan = "\n".join(r[0] for r in store.backend.query(
+        f"EXPLAIN SELECT doc_id FROM ctx_chunks WHERE embedding_dim = {corpus.dim} AND index_version = ? "
+        f"ORDER BY embedding::vector({corpus.dim}) <=> ?::vector({corpus.dim}) LIMIT 10",
+        (INDEX_VERSION, "[" + ",".join(["0.05"] * corpus.dim) + "]")))
+    result["dense_plan_uses_hnsw"] = f"ctx_chunks_hnsw_{corpus.dim}" in plan
+    return result
+
+
+def _timed(fn, items):
+    """fn of each item, and the seconds each took."""
+    out, times = [], []
+    for item in items:
+        t0 = time.perf_counter()
+        out.append(fn(item))
+        times.append(time.perf_counter() - t0)
+    return out, times
+
+
+def query_latency(store, queries: np.ndarray, query_texts: list[str], truth: list[set[int]], per_doc: int) -> dict:
+    """The first dense and hybrid query's time, then p50/p95 of every query, and dense recall@10."""
+    result: dict = {}
+    t0 = time.perf_counter()
+    store.search.dense(queries[0].tolist(), INDEX_VERSION, K)
+    result["first_dense_query_s"] = round(time.perf_counter() - t0, 2)
+    hits, times = _timed(lambda q: store.search.dense(q.tolist(), INDEX_VERSION, K), queries)
+    result["dense"] = {"p50_ms": ms(percentile(times, 50)), "p95_ms": ms(percentile(times, 95)),
+                       "recall_at_10": round(recall([[chunk_index(h, per_doc) for h in hs] for hs in hits],
+                                                    truth, K), 4)}
+    t0 = time.perf_counter()
+    store.search.hybrid(query_texts[0], queries[0].tolist(), INDEX_VERSION, K)
+    result["first_hybrid_query_s"] = round(time.perf_counter() - t0, 2)
+    _, times = _timed(lambda i: store.search.hybrid(query_texts[i], queries[i].tolist(), INDEX_VERSION, K),
+                      range(len(queries)))
+    result["hybrid"] = {"p50_ms": ms(percentile(times, 50)), "p95_ms": ms(percentile(times, 95))}
+    return result
+
+
+def live_write(store, corpus: Corpus, per_doc: int, live_docs: int) -> dict | None:
+    """Steady state: a few more documents written through replace_document into the full store
+    (on Postgres with the HNSW index live), under another index version so searches above are unaffected."""
+    store.corpus.register_index_version(INDEX_VERSION + "-live", {"bench": "load"})
+    live_s, live_n = 0.0, 0
+    for n, (record, chunks) in enumerate(documents(corpus, per_doc)):
+        if n >= live_docs:
+            break
+        record = record.model_copy(update={"index_version": INDEX_VERSION + "-live"})
+        t0 = time.perf_counter()
+        store.corpus.replace_document(record, chunks)
+        live_s += time.perf_counter() - t0
+        live_n += len(chunks)
+    if live_n:
+        return {"chunks": live_n, "s": round(live_s, 2), "chunks_per_s": round(live_n / live_s)}
+    return None
 
 
 def ef_sweep_results(store, queries: np.ndarray, truth: list[set[int]], per_doc: int, values: list[int]) -> list[dict]:

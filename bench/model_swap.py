@@ -288,6 +288,28 @@ def run(quick: bool, workdir: Path, dataset: Path, gold: Path | None, capacity_s
         built()
         batch = batch_check(servers_b.base_urls[0], [p for p in samples if p.name in BATCH_DOCS])
 
+    judge(loop, rows)
+
+    gate = [loop.gate(MODEL_A.name, None),  # model A's first promotion (floors only)
+            loop.gate(MODEL_B.name, MODEL_A.name),  # the swap: B against A in production
+            loop.gate(MODEL_A.name, "structural"), loop.gate(MODEL_B.name, "structural")]
+
+    cache_rerun = swap_back(loop, rows, weights[MODEL_A.name], logs)
+    return {
+        "corpus": "samples" if quick else str(dataset / "codebase_chunks.json"), "gold": str(gold_path.name),
+        "model_a": MODEL_A.name, "model_b": MODEL_B.name, "engine": rows[MODEL_A.name]["servers"][0]["engine"],
+        "fallback_share": fallback_share, "request_timeout_s": request_timeout_s,
+        "models": [{"name": name, **{k: v for k, v in row.items() if k != "name"}} for name, row in rows.items()],
+        "gate": gate, "replicas": replica_shares(rows, capacity),
+        "replica_check": {"hedges": rows[MODEL_B.name]["hedges"], "hedge_wins": rows[MODEL_B.name]["hedge_wins"],
+                          "routed_on": rows[MODEL_B.name]["routed_on"], **rows[MODEL_B.name].get("fleet", {}),
+                          "capacity_measured_s": capacity_s},
+        "cache_rerun": cache_rerun, "batch": batch, "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+def judge(loop: SwapLoop, rows: dict[str, dict]) -> None:
+    """Every build's quality, its structural fallbacks (model headers) and header throughput, into its row."""
     for name, row in rows.items():
         row.update(loop.quality(row["index_version"]))
         if row["header_source"] == "openai":  # chunks whose model header fell back to the structural one
@@ -298,37 +320,28 @@ def run(quick: bool, workdir: Path, dataset: Path, gold: Path | None, capacity_s
                    header_tokens_per_s=round(row["completion_tokens"] / row["ingest_wall_s"], 2)
                    if row["completion_tokens"] else None)
 
-    gate = [loop.gate(MODEL_A.name, None),  # model A's first promotion (floors only)
-            loop.gate(MODEL_B.name, MODEL_A.name),  # the swap: B against A in production
-            loop.gate(MODEL_A.name, "structural"), loop.gate(MODEL_B.name, "structural")]
 
-    # The swap back, last (it re-commits model A's version: chunks that fell back to their structural header
-    # are asked again, never cached, so the version judged above would change): model A's servers again,
-    # the same settings, every answered header from the cache.
-    with Replicas(MODEL_A, weights[MODEL_A.name], THREADS_A, logs) as servers_a:
+def swap_back(loop: SwapLoop, rows: dict[str, dict], weights_a: Path, logs: Path) -> dict:
+    """The swap back, last (it re-commits model A's version: chunks that fell back to their structural header
+    are asked again, never cached, so the version judged before would change): model A's servers again,
+    the same settings, every answered header from the cache."""
+    with Replicas(MODEL_A, weights_a, THREADS_A, logs) as servers_a:
         before = prompt_tokens_served(servers_a)
         again = loop.build(f"{MODEL_A.name}-again", servers_a, header_source="openai",
                            llm_base_urls=",".join(servers_a.base_urls))
-        cache_rerun = {"index_version_same": again["index_version"] == rows[MODEL_A.name]["index_version"],
-                       "requests": again["requests"], "cache_hits": again["cache_hits"],
-                       "fallbacks_asked_again": rows[MODEL_A.name]["structural_fallbacks"],
-                       "server_prompt_tokens": prompt_tokens_served(servers_a) - before,
-                       "ingest_wall_s": again["ingest_wall_s"]}
+        return {"index_version_same": again["index_version"] == rows[MODEL_A.name]["index_version"],
+                "requests": again["requests"], "cache_hits": again["cache_hits"],
+                "fallbacks_asked_again": rows[MODEL_A.name]["structural_fallbacks"],
+                "server_prompt_tokens": prompt_tokens_served(servers_a) - before,
+                "ingest_wall_s": again["ingest_wall_s"]}
+
+
+def replica_shares(rows: dict[str, dict], capacity: list[dict]) -> list[dict]:
+    """Model B's replicas: each one's measured capacity share beside its share of requests and threads."""
     shares = rows[MODEL_B.name]["replica_share"]
-    replicas = [{**c, "share": shares.get(c["base_url"], 0.0),
-                 "threads": next(s["threads"] for s in rows[MODEL_B.name]["servers"] if s["base_url"] == c["base_url"])}
-                for c in capacity]
-    return {
-        "corpus": "samples" if quick else str(dataset / "codebase_chunks.json"), "gold": str(gold_path.name),
-        "model_a": MODEL_A.name, "model_b": MODEL_B.name, "engine": rows[MODEL_A.name]["servers"][0]["engine"],
-        "fallback_share": fallback_share, "request_timeout_s": request_timeout_s,
-        "models": [{"name": name, **{k: v for k, v in row.items() if k != "name"}} for name, row in rows.items()],
-        "gate": gate, "replicas": replicas,
-        "replica_check": {"hedges": rows[MODEL_B.name]["hedges"], "hedge_wins": rows[MODEL_B.name]["hedge_wins"],
-                          "routed_on": rows[MODEL_B.name]["routed_on"], **rows[MODEL_B.name].get("fleet", {}),
-                          "capacity_measured_s": capacity_s},
-        "cache_rerun": cache_rerun, "batch": batch, "wall_s": round(time.monotonic() - started, 1),
-    }
+    return [{**c, "share": shares.get(c["base_url"], 0.0),
+             "threads": next(s["threads"] for s in rows[MODEL_B.name]["servers"] if s["base_url"] == c["base_url"])}
+            for c in capacity]
 
 
 def prompt_tokens_served(servers: Replicas) -> float:

@@ -1,4 +1,5 @@
-"""The fleet simulator's engine: a vLLM v1-like scheduler and paged KV-cache block manager per engine,
+"""The fleet simulator's engine: a vLLM v1-like engine core per engine (its step costs, its paged
+KV-cache block pool and queues; what each step runs is the scheduler's, ``bench/sim/scheduler.py``),
 as plain classes with no network and no event loop (``bench/sim/fleet.py`` drives them; tests drive
 them directly). Times are *simulated* seconds at speed 1; the HTTP side applies speed, slowdown and
 time_scale. The cost model and its calibration are documented in fleet.py's module docstring; the
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.sim.kv_blocks import BlockPool, block_hashes
+from bench.sim.scheduler import Scheduler
 
 # --------------------------------------------------------------------------------------------
 # Calibration: Llama-3.2-3B(-Instruct) in bf16 on one NVIDIA A100-SXM4-80GB, vLLM v1 defaults.
@@ -166,8 +168,9 @@ class _Steps:
         return plan
 
 
-class Engine(_Steps):
-    """One vLLM v1-like engine core (see fleet.py's docstring). `spec` needs the ReplicaSpec fields
+class Engine(_Steps, Scheduler):
+    """One vLLM v1-like engine core (see fleet.py's docstring); `schedule` and admission are the
+    ``Scheduler`` mixin's (bench/sim/scheduler.py). `spec` needs the ReplicaSpec fields
     max_num_seqs, block_size, kv_cache_tokens (0: the default), max_num_batched_tokens and the four
     step-cost coefficients."""
 
@@ -187,7 +190,7 @@ class Engine(_Steps):
         self.waiting: collections.deque[Seq] = collections.deque()
         self.running: list[Seq] = []
 
-    # ---- admission control
+    # ---- admission control (the rest: bench/sim/scheduler.py)
 
     def fits_ever(self, prompt_tokens: int, output_tokens: int) -> bool:
         """Whether a request could ever run to its end, alone in the engine (else a 400 at arrival)."""
@@ -210,112 +213,7 @@ class Engine(_Steps):
         self.pool.release(seq.blocks)
         seq.blocks = []
 
-    def _admit(self, seq: Seq) -> bool:
-        bs = self.block_size
-        n = seq.prompt_tokens + seq.generated
-        # A full hit still recomputes the last token (vLLM: at least one token is computed).
-        hit_blocks = self.pool.hits(seq.hashes, (n - 1) // bs)
-        blocks = self.pool.take(hit_blocks, -(-n // bs) - len(hit_blocks))
-        if blocks is None:
-            return False
-        seq.blocks = blocks
-        seq.prefill_to = n
-        seq.computed = len(hit_blocks) * bs
-        seq.registered = len(hit_blocks)
-        c = self.counters
-        c["prefix_hit_tokens"] += seq.computed
-        c["prefix_query_tokens"] += len(seq.hashes) * bs
-        if not seq.admitted_once:
-            seq.admitted_once = True
-            c["prompt_tokens"] += seq.prompt_tokens
-        return True
-
-    def _preempt_last(self) -> Seq:
-        victim = self.running.pop()
-        self._free(victim)
-        victim.computed = 0
-        self.waiting.appendleft(victim)
-        self.counters["preemptions"] += 1
-        return victim
-
-    # ---- one step
-
-    def schedule(self) -> Plan | None:
-        """Decide the next step (vLLM v1 order: running decodes first, then running prefills, then new
-        admissions FCFS, head of line); None when there is nothing to do."""
-        running = self.running
-        if any(s.future.done() for s in running):  # aborted by their clients
-            for s in running:
-                if s.future.done():
-                    self._free(s)
-            running[:] = [s for s in running if not s.future.done()]
-        waiting = self.waiting
-        while waiting and waiting[0].future.done():
-            waiting.popleft()
-        if not running and not waiting:
-            return None
-        bs = self.block_size
-        budget = self.budget
-        work = []
-        pool = self.pool
-        i = 0
-        prefilling = []
-        preempted = False
-        while i < len(running) and budget > 0:
-            s = running[i]
-            if s.computed < s.prefill_to:
-                prefilling.append(s)
-                i += 1
-                continue
-            if s.computed + 1 > len(s.blocks) * bs:  # its next token needs a new block
-                self_preempted = False
-                while not pool.free:  # preempt the most recently admitted (the tail), maybe s itself
-                    preempted = True
-                    if self._preempt_last() is s:
-                        self_preempted = True
-                        break
-                if self_preempted:
-                    continue  # s was the tail: the loop ends
-                s.blocks.append(pool.allocate())
-            work.append((s, 1, False))
-            budget -= 1
-            i += 1
-        for s in prefilling:  # (never preempted above: victims come from behind index i)
-            if budget <= 0:
-                break
-            chunk = min(s.prefill_to - s.computed, budget)
-            work.append((s, chunk, True))
-            self._publish(s, chunk)
-            budget -= chunk
-        # As vLLM v1: no admission in a step that preempted (the victims would come straight back).
-        while not preempted and waiting and budget > 0 and len(running) < self.spec.max_num_seqs:
-            s = waiting[0]
-            if s.future.done():
-                waiting.popleft()
-                continue
-            if not self._admit(s):
-                break  # head of line: FCFS, nothing behind it jumps the queue
-            waiting.popleft()
-            running.append(s)
-            if s.computed < s.prefill_to:
-                chunk = min(s.prefill_to - s.computed, budget)
-                work.append((s, chunk, True))
-                self._publish(s, chunk)
-                budget -= chunk
-        if not work:
-            return None
-        return self._cost(work)
-
-    def _publish(self, s: Seq, chunk: int) -> None:
-        """The full prompt blocks this step computes for `s` join the prefix cache now, as vLLM v1
-        does when it schedules them (KVCacheManager.allocate_slots -> cache_blocks, before the forward
-        pass: block hashes depend on token ids only): a request admitted later in this step, or in any
-        later one, hits them."""
-        full = min((s.computed + chunk) // self.block_size, len(s.hashes))
-        for j in range(s.registered, full):
-            self.pool.register(s.blocks[j], s.hashes[j])
-        if full > s.registered:
-            s.registered = full
+    # ---- one step: its cost and, once its time has passed, its effect (what it runs: the scheduler)
 
     def _cost(self, work: list) -> Plan:
         spec = self.spec

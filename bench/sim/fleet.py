@@ -36,6 +36,9 @@ Tokens are whitespace-separated words. The prompt of a chat request is the conca
 
 The cost model, calibration and faults are described in bench/sim/specs.py; the answers in
 bench/sim/text.py; scoring and embeddings in bench/sim/scoring.py; /metrics in bench/sim/metrics.py.
+Where the rest lives: the engine (costs, KV) in engine.py and kv_blocks.py, what each step runs in
+scheduler.py; one replica (lifecycle, engine loops) in replica.py, the fleet here, the simulator as its
+own process in process.py, a local Dagster deployment in deployment.py.
 
 
 Capacity (2-core dev box, standalone simulator, 1 replica, vllm cost model, time_scale 0.2, an httpx

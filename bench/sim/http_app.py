@@ -157,9 +157,37 @@ class ReplicaHttp:
         return _error(499, "client disconnected", "ClientClosedRequest")
 
     async def _chat_answer(self, body: dict):
-        from starlette.responses import JSONResponse
+        err = self._chat_request_error(body)
+        if err is not None:
+            return err
+        fault = await self._pre_faults()
+        if fault is not None:
+            return fault
 
-        spec = self.spec
+        prompt, last_user = _prompt_text(body["messages"])
+        tokens = prompt.split()
+        n_prompt = len(tokens)
+        max_tokens, err = self._max_tokens(body, n_prompt)
+        if err is not None:
+            return err
+
+        content, target, finish = self._bounded_answer(body, prompt, last_user, max_tokens)
+        if not self.engines[0].fits_ever(n_prompt, target):
+            self.acct["rejected"] += 1
+            return _error(400, f"The request needs {n_prompt + target} tokens of KV cache ({n_prompt} prompt, "
+                               f"{target} output) but the engine holds {self.engines[0].num_blocks} blocks of "
+                               f"{self.spec.block_size} tokens; it can never be scheduled.", "BadRequestError")
+
+        try:
+            generated, e = await self.generate(tokens, target)
+        except ReplicaDown:
+            return _error(503, "replica is shutting down", "ServiceUnavailableError")
+        self.engines[e].counters["success_length" if finish == "length" else "success_stop"] += 1
+        return self._completion(content, finish, n_prompt, generated)
+
+    def _chat_request_error(self, body: dict):
+        """The 404 or 400 a chat request gets before any fault or work (wrong model, streaming, no
+        messages), counted as rejected; else None."""
         err = self._model_error(body)
         if err is not None:
             return err
@@ -170,36 +198,30 @@ class ReplicaHttp:
         if not isinstance(messages, list) or not messages:
             self.acct["rejected"] += 1
             return _error(400, "messages must be a non-empty list", "BadRequestError")
-        fault = await self._pre_faults()
-        if fault is not None:
-            return fault
+        return None
 
-        parts = []
-        last_user = ""
-        for m in messages:
-            if not isinstance(m, dict):
-                continue
-            text = _message_text(m.get("content"))
-            parts.append(f"{m.get('role', '')} {text}")
-            if m.get("role") == "user":
-                last_user = text
-        prompt = "\n".join(parts)
-        tokens = prompt.split()
-        n_prompt = len(tokens)
+    def _max_tokens(self, body: dict, n_prompt: int):
+        """(max_tokens, None), the request's output bound (default: the room left in the context), or
+        (None, the 400 of a bound that is not a positive integer or does not fit the context)."""
+        spec = self.spec
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         room = spec.max_model_len - n_prompt
         if max_tokens is None:
             if room < 1:
                 self.acct["rejected"] += 1
-                return _error(400, self._ctx_message(n_prompt, 0), "BadRequestError")
+                return None, _error(400, self._ctx_message(n_prompt, 0), "BadRequestError")
             max_tokens = room
         if not isinstance(max_tokens, int) or max_tokens < 1:
             self.acct["rejected"] += 1
-            return _error(400, "max_tokens must be a positive integer", "BadRequestError")
+            return None, _error(400, "max_tokens must be a positive integer", "BadRequestError")
         if n_prompt + max_tokens > spec.max_model_len:
             self.acct["rejected"] += 1
-            return _error(400, self._ctx_message(n_prompt, max_tokens), "BadRequestError")
+            return None, _error(400, self._ctx_message(n_prompt, max_tokens), "BadRequestError")
+        return max_tokens, None
 
+    def _bounded_answer(self, body: dict, prompt: str, last_user: str, max_tokens: int) -> tuple[str, int, str]:
+        """(content, output tokens to generate, finish reason): the answer cut at `max_tokens` words
+        ("length") or whole ("stop")."""
         content, natural = self._answer(body, prompt, last_user)
         words = content.split(" ") if content else []
         target = min(natural, max_tokens)
@@ -207,20 +229,15 @@ class ReplicaHttp:
         if target < len(words):
             content = " ".join(words[:target])
             finish = "length"
-        if not self.engines[0].fits_ever(n_prompt, target):
-            self.acct["rejected"] += 1
-            return _error(400, f"The request needs {n_prompt + target} tokens of KV cache ({n_prompt} prompt, "
-                               f"{target} output) but the engine holds {self.engines[0].num_blocks} blocks of "
-                               f"{spec.block_size} tokens; it can never be scheduled.", "BadRequestError")
+        return content, target, finish
 
-        try:
-            generated, e = await self.generate(tokens, target)
-        except ReplicaDown:
-            return _error(503, "replica is shutting down", "ServiceUnavailableError")
-        self.engines[e].counters["success_length" if finish == "length" else "success_stop"] += 1
+    def _completion(self, content: str, finish: str, n_prompt: int, generated: int):
+        """The chat.completion response of a finished request."""
+        from starlette.responses import JSONResponse
+
         return JSONResponse({
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": spec.model_name,
+            "model": self.spec.model_name,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                          "logprobs": None, "finish_reason": finish}],
             "usage": {"prompt_tokens": n_prompt, "completion_tokens": generated,
@@ -283,6 +300,21 @@ class ReplicaHttp:
         text = header_sentence(subject, title, prompt)
         return text, max(jitter(prompt), len(text.split(" ")))
 
+
+
+def _prompt_text(messages: list) -> tuple[str, str]:
+    """(prompt, last user message's text): the prompt is ``role + " " + content`` of every message
+    (entries that are not objects skipped), one a line."""
+    parts = []
+    last_user = ""
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        text = _message_text(m.get("content"))
+        parts.append(f"{m.get('role', '')} {text}")
+        if m.get("role") == "user":
+            last_user = text
+    return "\n".join(parts), last_user
 
 
 async def _wait_disconnect(request) -> None:

@@ -13,11 +13,42 @@ counters are current.
 
 from __future__ import annotations
 
+import time
+
 from bench.sim.specs import _COUNTER_FIELDS
 
 
 class ReplicaMetrics:
-    """Mixin of ``Replica``: its /metrics text."""
+    """Mixin of ``Replica``: its /metrics text and the gauges' snapshots behind metrics_lag_s."""
+
+    def _snapshot(self, e: int) -> None:
+        """Record engine e's gauges for the lagged /metrics (only when metrics_lag_s > 0): at most one
+        entry per 10 ms (the latest state wins), entries older than the lag + 1 s dropped."""
+        lag = self.spec.metrics_lag_s
+        if lag <= 0:
+            return
+        engine = self.engines[e]
+        now = time.monotonic()
+        entry = (now, len(engine.running), len(engine.waiting), engine.kv_usage())
+        hist = self.history[e]
+        if hist and now - hist[-1][0] < 0.01 and len(hist) > 1:
+            hist[-1] = (hist[-1][0],) + entry[1:]
+        else:
+            hist.append(entry)
+        while len(hist) > 2 and hist[1][0] < now - lag - 1.0:
+            hist.popleft()
+
+    def gauges(self, e: int) -> tuple[int, int, float]:
+        """(running, waiting, kv usage) of engine e as /metrics reports them: metrics_lag_s ago."""
+        engine = self.engines[e]
+        lag = self.spec.metrics_lag_s
+        if lag <= 0:
+            return len(engine.running), len(engine.waiting), engine.kv_usage()
+        target = time.monotonic() - lag
+        for t, running, waiting, usage in reversed(self.history[e]):
+            if t <= target:
+                return running, waiting, usage
+        return 0, 0, 0.0  # before the first snapshot old enough: the idle engine it was at start
 
     def metrics_text(self) -> str:
         model = self.spec.model_name.replace("\\", "\\\\").replace('"', '\\"')

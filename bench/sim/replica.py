@@ -1,5 +1,6 @@
 """One simulated replica (bench/sim/fleet.py): lifecycle (start, kill, restart), its engine loops, faults
-and accounting. The HTTP side is in http_app.py, scoring.py and metrics.py (mixins).
+and accounting. The HTTP side is in http_app.py, scoring.py and metrics.py (mixins; metrics.py also
+keeps the lagged gauges' snapshots).
 """
 
 from __future__ import annotations
@@ -267,35 +268,6 @@ class Replica(ReplicaHttp, ReplicaScoring, ReplicaMetrics):
         except asyncio.CancelledError:  # the client went away; the engine drops the cancelled seq
             seq.future.cancel()
             raise
-
-    def _snapshot(self, e: int) -> None:
-        """Record engine e's gauges for the lagged /metrics (only when metrics_lag_s > 0): at most one
-        entry per 10 ms (the latest state wins), entries older than the lag + 1 s dropped."""
-        lag = self.spec.metrics_lag_s
-        if lag <= 0:
-            return
-        engine = self.engines[e]
-        now = time.monotonic()
-        entry = (now, len(engine.running), len(engine.waiting), engine.kv_usage())
-        hist = self.history[e]
-        if hist and now - hist[-1][0] < 0.01 and len(hist) > 1:
-            hist[-1] = (hist[-1][0],) + entry[1:]
-        else:
-            hist.append(entry)
-        while len(hist) > 2 and hist[1][0] < now - lag - 1.0:
-            hist.popleft()
-
-    def gauges(self, e: int) -> tuple[int, int, float]:
-        """(running, waiting, kv usage) of engine e as /metrics reports them: metrics_lag_s ago."""
-        engine = self.engines[e]
-        lag = self.spec.metrics_lag_s
-        if lag <= 0:
-            return len(engine.running), len(engine.waiting), engine.kv_usage()
-        target = time.monotonic() - lag
-        for t, running, waiting, usage in reversed(self.history[e]):
-            if t <= target:
-                return running, waiting, usage
-        return 0, 0, 0.0  # before the first snapshot old enough: the idle engine it was at start
 
     # ---- accounting
 

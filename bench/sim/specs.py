@@ -1,10 +1,10 @@
 """Replica and fault configuration of the fleet simulator (bench/sim/fleet.py): ``ReplicaSpec``,
 ``FaultConfig``, ``ReplicaDown``; the cost model and calibration they parameterise.
 
-Cost model (``cost_model="vllm"``, the default; ``bench/sim/engine.py``, ``Engine``; times in
-*simulated* seconds). Each replica runs ``engines`` data-parallel engines (default 1) behind its one
-port; a chat request goes to the engine with the fewest outstanding (waiting + running) requests.
-Each engine is a vLLM v1 scheduler over a paged KV cache:
+Cost model (``cost_model="vllm"``, the default; ``bench/sim/engine.py``, ``Engine``, its step schedule in
+``bench/sim/scheduler.py``; times in *simulated* seconds). Each replica runs ``engines`` data-parallel
+engines (default 1) behind its one port; a chat request goes to the engine with the fewest outstanding
+(waiting + running) requests. Each engine is a vLLM v1 scheduler over a paged KV cache:
 
 * KV pool: ``kv_cache_tokens`` (default 589,824) in blocks of ``block_size`` (16) tokens. A running
   sequence references the blocks of its prompt and generated tokens; a new block is taken when its

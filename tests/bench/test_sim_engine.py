@@ -1,4 +1,4 @@
-"""The fleet simulator's vLLM-like engine (bench/sim/engine.py) without a network (scheduler, KV blocks,
+"""The fleet simulator's vLLM-like engine (bench/sim/engine.py, scheduler.py) without a network (scheduler, KV blocks,
 preemption, chunked prefill, the throughput model), and the HTTP features built on it (/metrics per
 engine, gauge lag, preemption counter, embedding cost). Assertions are on simulated quantities and
 on states waited for, not on fixed sleeps."""

@@ -1,31 +1,24 @@
-"""bench.ingest's stream and shared-fleet modes: inbox feeding, run boundaries, and the bench's
-Dagster home (sqlite or postgres)."""
+"""bench.ingest's stream mode (the platform mode of `--workload stream`): the corpus dropped into the
+inbox in `--waves` waves and ingested by the `new_documents` sensor of a real daemon, in as many runs as
+it makes, timed from the first drop; `run_boundaries` has the gap between consecutive runs' commits and
+the idle time inside it."""
 
 from __future__ import annotations
 
 import itertools
-import json
 import os
-import sys
 import time
 from pathlib import Path
 
 from bench import ingest_options
-from bench.ingest_fleet import (
-    WORKLOAD_SPEEDS,
-    EmbedServer,
-    corpus_halves,
-    fleet_figures,
-    idle_time,
-    start_fleet,
-)
-from bench.ingest_options import REPO_ROOT, SPEEDS
-from bench.ingest_platform import (
+from bench.ingest_fleet import EmbedServer, fleet_figures, idle_time, start_fleet
+from bench.ingest_harness import (
     BenchDagsterHome,
+    committed,
     fleet_settings,
-    start_postgres,
     start_sensor,
 )
+from bench.ingest_options import SPEEDS
 from bench.run_events import event_counts, first_request_after
 
 
@@ -139,7 +132,6 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
 
     from bench.sim.deployment import DagsterDeployment, deployment_env
     from contextual_assets.fleet.metrics_timeline import MetricsSampler
-    from contextual_assets.store import open_store
 
     root = workdir / f"stream-{time.monotonic_ns()}"
     dagster_home = BenchDagsterHome(root / "dagster_home")
@@ -173,11 +165,16 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
         dagster_home.stop()
         sim.stop()
         embed.stop()
-    store = open_store(None, duckdb_path)
-    try:
-        chunks, documents = store.corpus.count_chunks(), len(store.corpus.documents())
-    finally:
-        store.close()
+    chunks, documents = committed(None, duckdb_path)
+    return stream_result(runs, drops, timeline, figures, events, wave_interval_s,
+                         {"documents": documents, "chunks": chunks, "chunks_expected": expected_chunks})
+
+
+def stream_result(runs: list[dict], drops: list[float], timeline, figures: dict, events: dict,
+                  wave_interval_s: float, counts: dict) -> dict:
+    """The stream's figures: its walls from the first drop and the first run's launch, each run's
+    timeline from that launch (`sensor_runs`), the gaps between runs, and the fleet's figures. `counts`:
+    documents, chunks and chunks_expected, in that order."""
     first_launch = min(r["launched"] for r in runs if r["launched"] is not None)
     last_commit = max(r["last_commit"] for r in runs if r["last_commit"] is not None)
     offset = time.time() - time.monotonic()  # sampler times are monotonic; event-log times wall-clock
@@ -202,9 +199,7 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
         **events, "cpu_ms_per_event": ingest_options.CPU_MS_PER_EVENT.get(ingest_options.OPTIONS.dagster_storage),
         "tail_s": round(last_commit - (figures["last_admission_t"] + offset), 2),
         "runs": len(runs),
-        "documents": documents,
-        "chunks": chunks,
-        "chunks_expected": expected_chunks,
+        **counts,
         "waves": len(drops), "wave_interval_s": wave_interval_s, "drops_s": [rel(t) for t in drops],
         "run_sizes": [r["documents"] for r in runs],
         "run_timeline": [{"documents": r["documents"], "created_s": rel(r["created"]), "launched_s": rel(r["launched"]),
@@ -215,111 +210,3 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
         "boundary_idle_s": sum(b["idle_while_pending_s"] for b in boundaries),
         **figures,
     }
-
-
-def wait_processes(procs: list, timeout_s: float) -> list[float]:
-    """Wall-clock exit time of each process; all are killed (their groups) past the timeout."""
-    import signal
-
-    ends: list[float | None] = [None] * len(procs)
-    deadline = time.monotonic() + timeout_s
-    while any(e is None for e in ends):
-        for i, proc in enumerate(procs):
-            if ends[i] is None and proc.poll() is not None:
-                ends[i] = time.time()
-        if time.monotonic() > deadline:
-            for proc in procs:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-            raise SystemExit(f"shared-fleet: ingest still running after {timeout_s} s")
-        time.sleep(0.1)
-    return [e for e in ends if e is not None]
-
-
-def run_shared_fleet(workdir: Path, time_scale: float, paths: list[Path], expected_chunks: int,
-                     speeds: tuple[float, ...] = WORKLOAD_SPEEDS["shared-fleet"], timeout_s: float = 1800) -> dict:
-    """One `ctx ingest --json FOLDER` per half of the corpus, started together, each with its own
-    CTX_HOME and DAGSTER_HOME (two machines) and one Postgres store, on one fleet. Each process caps
-    its own requests at CAP per replica; the simulator counts what all of them have open."""
-    import shutil
-    import signal
-    import subprocess
-
-    import dagster as dg
-
-    from bench.sim.deployment import deployment_env, seed_dagster_home
-    from contextual_assets.fleet.metrics_timeline import MetricsSampler
-    from contextual_assets.store import open_store
-
-    root = workdir / f"shared-{time.monotonic_ns()}"
-    folders = corpus_halves(paths)
-    source_root = Path(os.path.commonpath([str(f) for f in folders])) if len(folders) > 1 else folders[0].parent
-    server, url, pg_dir = start_postgres()
-    sim = start_fleet(workdir, time_scale, speeds)
-    embed = EmbedServer(workdir, time_scale)
-    procs, logs, sampler = [], [], None
-    try:
-        open_store(url, root / "unused.duckdb").close()  # schema migrated once, before the clock starts
-        envs = []
-        for i in range(len(folders)):
-            home = seed_dagster_home(root / f"p{i}" / "dagster_home")
-            dg.DagsterInstance.from_config(str(home)).dispose()  # its storage created before the clock too
-            envs.append(deployment_env(home, CTX_HOME=str(root / f"p{i}" / ".ctx"), CTX_INBOX=str(root / "inbox"),
-                                       CTX_SOURCE_ROOT=str(source_root), DATABASE_URL=url, **fleet_settings(sim),
-                                       **embed.env()))
-        sampler = MetricsSampler(sim.base_urls, interval_s=0.1).start()
-        started = time.time()
-        for i, (folder, env) in enumerate(zip(folders, envs)):
-            out, err = root / f"p{i}" / "stdout.json", root / f"p{i}" / "stderr.log"
-            logs.append((out, err))
-            with out.open("wb") as stdout, err.open("wb") as stderr:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "contextual_assets.cli.main", "ingest", "--json", str(folder)],
-                    cwd=REPO_ROOT, env=env, stdout=stdout, stderr=stderr, start_new_session=True))
-        ends = wait_processes(procs, timeout_s)
-        timeline = sampler.stop()
-        figures = fleet_figures(sim, timeline, speeds, time_scale)
-        store = open_store(url, root / "unused.duckdb")
-        try:
-            chunks, documents = store.corpus.count_chunks(), len(store.corpus.documents())
-        finally:
-            store.close()
-    finally:
-        if sampler is not None:
-            sampler.stop()
-        for proc in procs:
-            if proc.poll() is None:  # only after an error: a finished bench waited for them
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        sim.stop()
-        embed.stop()
-        server.cleanup()
-        shutil.rmtree(pg_dir, ignore_errors=True)
-    outcomes = []
-    for proc, (out, err) in zip(procs, logs):
-        try:
-            outcomes.append(json.loads(out.read_text() or "[]"))
-        except json.JSONDecodeError:
-            outcomes.append([])
-        if proc.returncode != 0 or not all(o["success"] for o in outcomes[-1]):
-            raise SystemExit(f"shared-fleet: ctx ingest rc {proc.returncode}\n{err.read_text()[-3000:]}")
-    offset = time.time() - time.monotonic()
-    first_request = figures["first_request_t"] + offset if figures["first_request_t"] is not None else None
-    peaks = figures["peak_open_requests"]
-    return {
-        "wall_s": round(max(ends) - started, 2),
-        "process_wall_s": [round(e - started, 2) for e in ends],
-        "process_documents": [len(o) for o in outcomes],
-        "startup_s": round(first_request - started, 2) if first_request else None,
-        "tail_s": round(max(ends) - (figures["last_admission_t"] + offset), 2),
-        "documents": documents,
-        "chunks": chunks,
-        "chunks_expected": expected_chunks,
-        "speeds": list(speeds),
-        "cap": ingest_options.OPTIONS.cap,
-        "peak_over_cap": None if None in peaks or ingest_options.OPTIONS.cap is None else any(p > ingest_options.OPTIONS.cap for p in peaks),
-        **figures,
-    }
-
-
-PLATFORM_RUNS = {"stream": run_stream, "shared-fleet": run_shared_fleet}  # others: run_platform
