@@ -168,3 +168,14 @@ class BenchDagsterHome:
         if self.server is not None:
             self.server.cleanup()
             shutil.rmtree(self.data, ignore_errors=True)
+
+
+def stop_round(sampler, deployment, instance, dagster_home, sim, embed) -> None:
+    """Everything a platform or stream round started, stopped (also after a failure)."""
+    if sampler is not None:
+        sampler.stop()
+    deployment.stop_all()
+    instance.dispose()
+    dagster_home.stop()
+    sim.stop()
+    embed.stop()

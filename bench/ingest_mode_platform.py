@@ -16,6 +16,7 @@ from bench.ingest_harness import (
     committed,
     fleet_settings,
     register_sources,
+    stop_round,
 )
 from bench.ingest_options import SPEEDS
 from bench.run_events import event_counts, first_request_after
@@ -65,13 +66,7 @@ def run_platform(workdir: Path, time_scale: float, paths: list[Path], expected_c
         materialized = instance.get_materialized_partitions(dg.AssetKey("chunk_embeddings"))
         events = event_counts(instance, [run["runId"] for run in runs], len(keys))
     finally:
-        if sampler is not None:
-            sampler.stop()
-        deployment.stop_all()
-        instance.dispose()
-        dagster_home.stop()
-        sim.stop()
-        embed.stop()
+        stop_round(sampler, deployment, instance, dagster_home, sim, embed)
     chunks, documents = committed(None, duckdb_path)
     if backfill["status"] not in ("COMPLETED", "COMPLETED_SUCCESS") or len(materialized) != len(keys):
         raise SystemExit(f"platform backfill {backfill['status']}: {len(materialized)} of {len(keys)} partitions\n"

@@ -17,6 +17,7 @@ from bench.ingest_harness import (
     committed,
     fleet_settings,
     start_sensor,
+    stop_round,
 )
 from bench.ingest_options import SPEEDS
 from bench.run_events import event_counts, first_request_after
@@ -158,13 +159,7 @@ def run_stream(workdir: Path, time_scale: float, paths: list[Path], expected_chu
         runs = sensor_runs(instance)
         events = event_counts(instance, [r["run_id"] for r in runs], len(paths))
     finally:
-        if sampler is not None:
-            sampler.stop()
-        deployment.stop_all()
-        instance.dispose()
-        dagster_home.stop()
-        sim.stop()
-        embed.stop()
+        stop_round(sampler, deployment, instance, dagster_home, sim, embed)
     chunks, documents = committed(None, duckdb_path)
     return stream_result(runs, drops, timeline, figures, events, wave_interval_s,
                          {"documents": documents, "chunks": chunks, "chunks_expected": expected_chunks})

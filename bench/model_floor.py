@@ -59,10 +59,10 @@ from bench.sim.fleet import (
     _ID_RE,
     _TITLE_RE,
     ReplicaSpec,
-    _message_text,
     header_sentence,
 )
 from bench.sim.engine import CALIBRATION, natural_length
+from bench.sim.text import prompt_text
 from bench.sim.kv_blocks import PrefixCache
 
 Body = Mapping[str, Any]  # an OpenAI chat-completions request body: messages, max_tokens, ...
@@ -111,19 +111,6 @@ class RequestCost:
 
 
 # ---- what the simulator counts (the same steps as fleet.py's `Replica._chat` and `_answer`) --------
-
-def prompt_text(messages: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
-    """(the prompt, the last user message's text) as the simulator builds them."""
-    parts, last_user = [], ""
-    for message in messages:
-        if not isinstance(message, Mapping):
-            continue
-        text = _message_text(message.get("content"))
-        parts.append(f"{message.get('role', '')} {text}")
-        if message.get("role") == "user":
-            last_user = text
-    return "\n".join(parts), last_user
-
 
 def _jitter(key: str, mean: int, cost_model: str = "vllm") -> int:
     # The simulator's own draw (fleet.py's `Replica._answer` calls the same function).

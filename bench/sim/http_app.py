@@ -18,8 +18,8 @@ from bench.sim.text import (
     _CHUNK_RE,
     _ID_RE,
     _TITLE_RE,
-    _message_text,
     header_sentence,
+    prompt_text,
 )
 
 
@@ -164,7 +164,7 @@ class ReplicaHttp:
         if fault is not None:
             return fault
 
-        prompt, last_user = _prompt_text(body["messages"])
+        prompt, last_user = prompt_text(body["messages"])
         tokens = prompt.split()
         n_prompt = len(tokens)
         max_tokens, err = self._max_tokens(body, n_prompt)
@@ -300,21 +300,6 @@ class ReplicaHttp:
         text = header_sentence(subject, title, prompt)
         return text, max(jitter(prompt), len(text.split(" ")))
 
-
-
-def _prompt_text(messages: list) -> tuple[str, str]:
-    """(prompt, last user message's text): the prompt is ``role + " " + content`` of every message
-    (entries that are not objects skipped), one a line."""
-    parts = []
-    last_user = ""
-    for m in messages:
-        if not isinstance(m, dict):
-            continue
-        text = _message_text(m.get("content"))
-        parts.append(f"{m.get('role', '')} {text}")
-        if m.get("role") == "user":
-            last_user = text
-    return "\n".join(parts), last_user
 
 
 async def _wait_disconnect(request) -> None:

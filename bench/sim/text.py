@@ -57,6 +57,20 @@ def _message_text(content: Any) -> str:
     return str(content)
 
 
+def prompt_text(messages: list) -> tuple[str, str]:
+    """(prompt, last user message's text): the prompt is ``role + " " + content`` of every message
+    (entries that are not objects skipped), one a line."""
+    parts, last_user = [], ""
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        text = _message_text(message.get("content"))
+        parts.append(f"{message.get('role', '')} {text}")
+        if message.get("role") == "user":
+            last_user = text
+    return "\n".join(parts), last_user
+
+
 def _clean_words(text: str, n: int) -> list[str]:
     words = []
     for raw in text.split():
