@@ -1,4 +1,4 @@
-"""The per-document header check that guards production kept fresh (`ingest/header_stage.HeaderHold`) is
+"""The per-document header check that guards production kept fresh (`ingest/pipeline/header_stage.HeaderHold`) is
 the gate's own per-header signals (`eval_assets/header_integrity`), one implementation: on the same headers
 it names the same lies with the same words; and it checks only what a model wrote: structural headers,
 no headers and a model's chunk that fell back to its structural header are never held for being

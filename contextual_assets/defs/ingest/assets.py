@@ -1,7 +1,7 @@
 """Ingest assets, one partition per document: parsed_chunks -> chunk_headers -> chunk_embeddings.
 
 The three assets are materialized by one multi-asset step that pipelines every document of the run
-(`ingest/run_plan.py`, `ingest/pipeline.py`): a backfill puts up to `CTX_PARTITIONS_PER_RUN` partitions
+(`ingest/pipeline/run_plan.py`, `ingest/pipeline/document_pipeline.py`): a backfill puts up to `CTX_PARTITIONS_PER_RUN` partitions
 in one run so that the header fleet stays saturated across document boundaries, while each partition gets
 its own materializations, and a document that fails is reported failed alone (its partition shows
 failed; the others of the run stay materialized; the run fails).

@@ -16,7 +16,7 @@ that fails at any stage fails alone; nothing of it is committed. The caller's th
 `StageEvent`s (Dagster events must be logged from the step's thread).
 
 This module runs the stages (`parse_stage`, `header_stage`, `embed_stage`, `commit_stage`, sharing a
-`pipeline_state.PipelineState`) and reports their events; the types are in `pipeline_types`.
+`state.PipelineState`) and reports their events; the types are in `types`.
 """
 
 from __future__ import annotations
