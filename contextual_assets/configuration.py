@@ -9,6 +9,7 @@ bounds and meaning, and it declares only the fields no setting sets.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -18,7 +19,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, create_model
 
 from contextual_assets.errors import ConfigurationError
-from contextual_assets.settings import GROUPS, PlatformSettings, declaration
+from contextual_assets.settings import GROUPS, PlatformSettings, declaration, env_names
 
 
 def targets(group: str) -> dict[str, str]:
@@ -55,6 +56,14 @@ def deployment_settings() -> tuple[str, ...]:
     """The settings whose values differ per deployment (URLs, paths, model names): the code location
     passes their variables as `dg.EnvVar`, so the UI never bakes their values into run config."""
     return tuple(name for name in PlatformSettings.model_fields if declaration(name)["deployment"])
+
+
+def env_source(name: str, value: Any) -> str | None:
+    """The variable that gave field `name` its `value`, when the environment did."""
+    for variable in env_names(name):
+        if variable in os.environ:
+            return variable if os.environ[variable].strip() == str(value) else None
+    return None
 
 
 @contextmanager

@@ -20,6 +20,7 @@ import dagster as dg
 
 import eval_assets.defs
 from contextual_assets.configuration import settings_scope
+from contextual_assets.log_format import install_log_format
 from contextual_assets.settings import PlatformSettings
 
 PROJECT_ROOT = Path(__file__).parent.parent
@@ -38,4 +39,7 @@ def build_definitions(settings: PlatformSettings) -> dg.Definitions:
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    return build_definitions(PlatformSettings.from_env())
+    settings = PlatformSettings.from_env()
+    # Our loggers and Python's root logger (CTX_LOG_FORMAT); Dagster's run logs keep Dagster's format.
+    install_log_format(settings.log_format)
+    return build_definitions(settings)

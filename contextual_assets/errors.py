@@ -21,6 +21,21 @@ class ConfigurationError(ContextualError):
     """Settings are missing or inconsistent."""
 
 
+class SchemaOutdated(ConfigurationError):
+    """The store's schema is not the one this release needs: behind it (`ctx migrate` brings it up), or
+    migrated by a newer release. Raised by a process that opens the store without migrating it."""
+
+    def __init__(self, message: str, current: int, needed: int):
+        super().__init__(message)
+        self.current = current  # the store's schema version (0: never migrated)
+        self.needed = needed  # this release's
+
+    @property
+    def newer(self) -> bool:
+        """The store was migrated by a newer release (nothing to run here)."""
+        return self.current > self.needed
+
+
 class HeaderGenerationError(ContextualError):
     """The header source could not produce a valid header."""
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from pydantic import BaseModel, Field, model_validator
+from ctx_search_client.models import MAX_PAGE, ChunkFilter  # noqa: F401 (re-exported: the API's filter, written once)
+from pydantic import BaseModel, Field
 
 
 def content_hash(text: str) -> str:
@@ -55,35 +56,6 @@ class ParsedDocument(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-# The largest page a filter may name: the store keeps pages in 32-bit INTEGER columns (both back-ends), so
-# no chunk lies beyond it, and a bound past it would reach SQL as a number DuckDB refuses (an HTTP 500).
-MAX_PAGE = 2**31 - 1
-
-
-class ChunkFilter(BaseModel):
-    """Which chunks a search may return, applied before the top k is taken (so k hits come back when k
-    chunks match). Conditions combine with AND; an unset one matches everything."""
-
-    model_config = {"extra": "forbid", "frozen": True}
-
-    documents: list[str] | None = Field(None, min_length=1, max_length=1000,
-                                        description="document keys (a hit's `document`): any of these")
-    path_prefix: str | None = Field(None, min_length=1,
-                                    description="document keys that start with this, e.g. a folder of the inbox")
-    section: str | None = Field(None, min_length=1,
-                                description="a heading the chunk's section path holds, at any depth (exact)")
-    page_from: int | None = Field(None, ge=1, le=MAX_PAGE, description="chunks that reach this page or a later one")
-    page_to: int | None = Field(None, ge=1, le=MAX_PAGE,
-                                description="chunks that start on this page or an earlier one")
-
-    @model_validator(mode="after")
-    def _page_range(self) -> "ChunkFilter":
-        if self.page_from is not None and self.page_to is not None and self.page_from > self.page_to:
-            raise ValueError(f"page_from ({self.page_from}) is after page_to ({self.page_to})")
-        return self
-
-    def is_empty(self) -> bool:
-        return all(v is None for v in self.model_dump().values())
 
 
 class SearchHit(BaseModel):

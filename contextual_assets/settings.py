@@ -1,13 +1,9 @@
-"""Platform settings, each declared once: its variable, type, default, bounds, meaning, what it accepts,
-which configuration fields it sets and whether its value differs per deployment (`setting`).
-
-Everything else is derived from these declarations (`contextual_assets/configuration.py`): the fields of
-the configuration objects and of the Dagster resources that adapt them, the `dg.EnvVar` bindings of the
-code location, the settings tables of README.md and docs/configuration.md (`python -m
-contextual_assets.settings_docs`), and the one-line error that names a bad value's variable.
-
-Read from the environment (`CTX_*`, and `DATABASE_URL`), so the CLI, the Dagster code location and the
-benchmarks in two shells with the same environment see the same index.
+"""Platform settings, each declared once (`setting`): its variable, type, default, bounds, choices, meaning,
+which configuration fields it sets and whether its value differs per deployment. Everything else derives
+from the declarations (`contextual_assets/configuration.py`): the configuration objects' and Dagster
+resources' fields, the code location's `dg.EnvVar` bindings, the README's and docs/configuration.md's
+tables (`python -m contextual_assets.settings_docs`) and the one-line error naming a bad value's variable.
+Read from the environment (`CTX_*`, `DATABASE_URL`): the CLI, the code location and the benchmarks agree.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The ground floor: settings import nothing of the platform but its errors and the pure fusion model
@@ -33,18 +29,20 @@ GROUPS = ("headers", "parsing", "embedder", "reranker", "gate", "inbox")
 
 def setting(default: Any, *, area: str, meaning: str, accepts: str | None = None, sets: str | tuple[str, ...] = (),
             deployment: bool = False, env: str | AliasChoices | None = None, shown: str | None = None,
-            **bounds: Any) -> Any:
+            choices: tuple[str, ...] = (), **bounds: Any) -> Any:
     """One setting's declaration. `area` groups it in the README; `accepts` is said in the error for a bad
     value (default: from its type and bounds); `sets` names the configuration fields it sets
     ("headers.max_in_flight"); `deployment`: its value differs per deployment, so the code location
     passes the variable (`dg.EnvVar`), not the value; `env`: its variable when not CTX_<NAME>; `shown`:
-    the default as the docs show it, when not the value itself."""
+    the default as the docs show it, when not the value itself; `choices`: the values a string may take
+    (any case; stored lower-case)."""
     targets = [sets] if isinstance(sets, str) else list(sets)
     unknown = [t for t in targets if t.partition(".")[0] not in GROUPS]
     if unknown:
         raise ValueError(f"setting sets {unknown}: the group must be one of {GROUPS}")
     return Field(default, description=meaning, validation_alias=env, json_schema_extra={
-        "area": area, "accepts": accepts, "sets": targets, "deployment": deployment, "shown": shown}, **bounds)
+        "area": area, "accepts": accepts, "sets": targets, "deployment": deployment, "shown": shown,
+        "choices": list(choices)}, **bounds)
 
 
 class PlatformSettings(BaseSettings):
@@ -62,6 +60,12 @@ class PlatformSettings(BaseSettings):
         "", area="paths", shown="(the current directory)",
         meaning="`ctx ingest` keys a file by its path relative to the inbox, else to this folder, else by its "
                 "absolute path")
+
+    # logging
+    log_format: str = setting(
+        "text", area="logging", choices=("text", "json"),
+        meaning="`json`: every process logs one JSON object a line to stderr (time, level, logger, message and the "
+                "request id where there is one), for log shippers; `text`: plain lines")
 
     # store
     database_url: str = setting(
@@ -123,10 +127,9 @@ class PlatformSettings(BaseSettings):
 
     # headers
     header_source: str = setting(
-        "auto", area="headers", sets="headers.source",
+        "auto", area="headers", sets="headers.source", choices=HEADER_SOURCES,
         meaning="`openai`, `structural`, `none`; `auto` = `openai` when endpoints are set, else `structural` with a"
-                " warning",
-        accepts="auto, openai, structural or none")
+                " warning")
     llm_base_urls: str = setting(
         "", area="headers", sets="headers.base_urls", deployment=True, env=AliasChoices("CTX_LLM_BASE_URLS", "CTX_LLM_BASE_URL"),
         meaning="comma-separated OpenAI-compatible base URLs (vLLM replicas, a router, a cloud API)")
@@ -219,6 +222,18 @@ class PlatformSettings(BaseSettings):
     search_token_env: str = setting(
         "CTX_SEARCH_TOKEN", area="search service",
         meaning="*name* of the variable that holds the service's bearer token (server and client)")
+    search_keys_file: str = setting(
+        "", area="search service", deployment=True,
+        meaning="a YAML mapping of named API keys (`name: token`), read again when it changes (no restart); "
+                "beside the token of `CTX_SEARCH_TOKEN_ENV`, whose name is `default`; a key's name is its client "
+                "in the access log and the rate limit")
+    serve_rate_limit_per_s: float = setting(
+        0.0, area="search service", ge=0,
+        meaning="requests per second each client (its key's name, else its address) may make, in bursts of "
+                "`CTX_SERVE_RATE_BURST`; over it: 429 with `Retry-After` (0: no limit)")
+    serve_rate_burst: int = setting(
+        20, area="search service", ge=1,
+        meaning="requests a client may make at once before `CTX_SERVE_RATE_LIMIT_PER_S` paces it")
     serve_host: str = setting(
         "127.0.0.1", area="search service",
         meaning="the address `ctx serve` binds")
@@ -234,17 +249,11 @@ class PlatformSettings(BaseSettings):
     serve_in_memory_max_chunks: int = setting(
         1000000, area="search service", ge=0,
         meaning="index versions of up to this many chunks keep their BM25 postings (~0.35 KB a chunk) and, on "
-                "DuckDB, their chunk rows (~1.2 KB a chunk with 380-character texts, as Python objects) in `ctx "
-                "serve`'s memory, loaded in the background (the database answers until then and whenever the "
-                "version changed since); larger ones are searched in the database; 0: never. The DuckDB vectors are"
-                " held in memory whatever their size (1.5 KB a chunk at 384 dimensions).")
+                "DuckDB, their rows (~1.2 KB a chunk) in `ctx serve`'s memory (see docs/search.md); 0: never")
     serve_query_runtime: str = setting(
-        "onnx", area="search service",
-        meaning="what embeds `ctx serve`'s queries when the embedder is a local sentence-transformers model on the "
-                "CPU: `onnx` exports the model to onnxruntime when its first query arrives and uses it only if it "
-                "gives torch's vectors on probe texts (else torch, with a warning); `torch` always. onnxruntime "
-                "embeds a query in 6 ms against torch's 15 on one core.",
-        accepts="onnx or torch")
+        "onnx", area="search service", choices=("onnx", "torch"),
+        meaning="what embeds `ctx serve`'s queries with a local model on the CPU: `onnx` (exported at the first "
+                "query, used only where it gives torch's vectors; see docs/search.md) or `torch`")
 
     # evaluation
     gold_path: str = setting(
@@ -281,25 +290,21 @@ class PlatformSettings(BaseSettings):
         except ValidationError as exc:
             raise ConfigurationError(describe_errors(exc, values)) from None
 
-    @field_validator("header_source")
+    @field_validator("*")
     @classmethod
-    def _header_source(cls, value: str) -> str:
-        if value.lower() not in HEADER_SOURCES:
-            raise ValueError(f"unknown header source '{value}'")
-        return value.lower()
+    def _one_of_its_choices(cls, value: Any, info: ValidationInfo) -> Any:
+        choices = declaration(info.field_name).get("choices") if info.field_name else None
+        if choices and isinstance(value, str):
+            if value.lower() not in choices:
+                raise ValueError(f"unknown {info.field_name.replace('_', ' ')} '{value}'")
+            return value.lower()
+        return value
 
     @field_validator("embed_device")
     @classmethod
     def _embed_device(cls, value: str) -> str:
         if value.lower() not in ("auto", "cpu", "cuda") and not value.lower().startswith("cuda:"):
             raise ValueError(f"unknown device '{value}'")
-        return value.lower()
-
-    @field_validator("serve_query_runtime")
-    @classmethod
-    def _serve_query_runtime(cls, value: str) -> str:
-        if value.lower() not in ("onnx", "torch"):
-            raise ValueError(f"unknown runtime '{value}'")
         return value.lower()
 
     @field_validator("fusion_weights_json")
@@ -354,6 +359,9 @@ def accepts(name: str) -> str:
     said = declaration(name).get("accepts")
     if said:
         return said
+    choices = declaration(name).get("choices")
+    if choices:
+        return f"{', '.join(choices[:-1])} or {choices[-1]}"
     if field.annotation is bool:
         return "true or false"
     if field.annotation not in (int, float):
@@ -371,14 +379,6 @@ def env_names(name: str) -> list[str]:
     if isinstance(alias, AliasChoices):
         return [str(choice) for choice in alias.choices]
     return [alias] if isinstance(alias, str) else [f"{ENV_PREFIX}{name.upper()}"]
-
-
-def env_source(name: str, value: Any) -> str | None:
-    """The variable that gave field `name` its `value`, when the environment did."""
-    for variable in env_names(name):
-        if variable in os.environ:
-            return variable if os.environ[variable].strip() == str(value) else None
-    return None
 
 
 def describe_errors(exc: ValidationError, given: dict[str, Any]) -> str:

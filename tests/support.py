@@ -67,6 +67,13 @@ def wait_until_answering(server: subprocess.Popen, url: str, timeout_s: float = 
         time.sleep(0.3)
 
 
+def ctx_migrate(env: dict[str, str]) -> None:
+    """`ctx migrate` on the store `env` configures, as an operator runs it before `ctx serve` (which never migrates)."""
+    done = subprocess.run([sys.executable, "-m", "contextual_assets.cli.main", "migrate"], env=env, cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
 @contextmanager
 def ctx_serve(env: dict[str, str], token: str, *args: str) -> Iterator[str]:
     """`ctx serve` as a subprocess on a free loopback port, once it is ready and has answered one search
@@ -88,3 +95,25 @@ def ctx_serve(env: dict[str, str], token: str, *args: str) -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+@contextmanager
+def app_in_thread(app, what: str = "the server") -> Iterator[str]:
+    """An ASGI `app` under a real uvicorn server on a free loopback port, in a thread; yields its base URL."""
+    import threading
+
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning",
+                                           access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), f"{what} did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -16,12 +16,16 @@ from types import ModuleType
 
 from contextual_assets import package_version
 from contextual_assets.errors import ContextualError, DependencyUnavailable
+from contextual_assets.log_format import install_log_format
+from contextual_assets.settings import PlatformSettings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 EXIT_CODES_HELP = """exit codes:
   0  done (every document ingested; the gate passed)
-  1  some documents failed or were refused (a missing or unsupported file), or the gate blocked the candidate
-  2  usage or configuration: a bad argument or setting, a missing gold file (the message names what to change)
+  1  some documents failed or were refused (a missing or unsupported file), the gate blocked the candidate,
+     or (`ctx migrate --check`) schema migrations are pending
+  2  usage or configuration: a bad argument or setting, a missing gold file, a store schema this release cannot
+     use (the message names what to change)
   3  a dependency is unavailable: the database, the header fleet, a reranker, or the search service"""
 # Libraries that log below WARNING on their own loggers (bm25s sets DEBUG on itself), or warn per retry.
 _NOISY_LOGGERS = {"bm25s": logging.WARNING, "sentence_transformers": logging.WARNING,
@@ -42,6 +46,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("status", "store, settings, index versions with their coverage, the candidate, and the "
                          "header fleet's health"),
     "inbox": ("inbox", "the removals the inbox sensor holds back (too many at once): list them, or confirm them"),
+    "migrate": ("migrate", "apply the store's pending schema migrations (before rolling a new release; search "
+                           "replicas never migrate); --check: exit 1 while some are pending"),
 }
 
 
@@ -94,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     name = _command_in(argv)
     args = build_parser([name] if name in COMMANDS else []).parse_args(argv)  # a usage error exits 2 here
     try:
+        # After the arguments (--help and --version need no settings); a bad setting is the error below.
+        install_log_format(PlatformSettings.from_env().log_format)
         return command_module(args.command).run(args)
     except DependencyUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)

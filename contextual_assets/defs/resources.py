@@ -12,13 +12,13 @@ import os
 
 import dagster as dg
 
-from contextual_assets.configuration import active_settings, deployment_settings, targets
+from contextual_assets.configuration import active_settings, deployment_settings, env_source, targets
 from contextual_assets.deployment import configured_deployment
 from contextual_assets.embedder_config import EmbedderConfig
 from contextual_assets.headers.configured import HeaderConfig
 from contextual_assets.parsing.config import ParsingConfig
 from contextual_assets.rerank import RerankerConfig
-from contextual_assets.settings import PlatformSettings, env_source
+from contextual_assets.settings import PlatformSettings
 from contextual_assets.store import ChunkStore
 from contextual_assets.store.shared import shared_store
 from eval_assets.gate_config import GateConfig

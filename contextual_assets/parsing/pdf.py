@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import statistics
 from collections import Counter
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 
 from ..errors import DocumentError
@@ -15,6 +17,15 @@ from .blocks import Block, ParsedSource
 _BOLD_FLAG = 16
 # Refuse larger PDFs by default (CTX_MAX_PDF_PAGES): a page bomb costs minutes of parsing.
 DEFAULT_MAX_PDF_PAGES = PlatformSettings.default("max_pdf_pages")
+
+
+@cache
+def parser_version() -> str:
+    """The PDF parser's version, as the index version records it (`contextual_assets.index_version`)."""
+    # The installed distribution's metadata, not `pymupdf.VersionBind`: importing pymupdf costs ~0.5 s, and
+    # every `ctx` command names the index version. PyMuPDF's wheels bundle their MuPDF, so its version
+    # names the text extraction too.
+    return f"pymupdf-{metadata.version('pymupdf')}"
 
 
 def _open(path: Path, data: bytes, max_pages: int):

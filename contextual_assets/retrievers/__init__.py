@@ -1,3 +1,3 @@
-"""Retrievers for application frameworks over the search service (`ctx serve`): LlamaIndex
-(`retrievers.llamaindex`, extra `llamaindex`) and LangChain (`retrievers.langchain`, extra `langchain`).
-Each is an optional extra; nothing in the platform imports them."""
+"""The retrievers now live in the client package (`ctx_search_client.llamaindex`,
+`ctx_search_client.langchain`; clients/python/): these modules re-export them for code that imports
+them from here. Nothing in the platform imports them."""

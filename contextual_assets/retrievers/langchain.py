@@ -1,51 +1,6 @@
-"""A LangChain retriever over the search service (`pip install 'contextual-assets[langchain]'`):
+"""Re-exports `ctx_search_client.langchain.ContextualRetriever` (the LangChain retriever; needs the
+`langchain` extra: langchain-core)."""
 
-    retriever = ContextualRetriever(base_url="http://search:8765", token=os.environ["CTX_SEARCH_TOKEN"], k=5)
-    documents = retriever.invoke("What is the late delivery penalty?")
-    chain = {"context": retriever, "question": RunnablePassthrough()} | prompt | llm
+from ctx_search_client.langchain import ContextualRetriever
 
-Each hit is a `Document` (its header and text as `page_content`; document, section path, pages, score
-and index version as metadata; a stable `id`). The service does the retrieval (hybrid, filters,
-rerank); nothing is embedded here."""
-
-from __future__ import annotations
-
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
-from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
-
-from contextual_assets.models import ChunkFilter
-from contextual_assets.serving.api import SearchMode
-from contextual_assets.serving.client import SearchClient
-
-from .hits import hit_id, hit_metadata, hit_text, search_request
-
-
-class ContextualRetriever(BaseRetriever):
-    """Searches `ctx serve` at `base_url`."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    base_url: str = Field(description="the search service, e.g. http://search:8765")
-    token: SecretStr | None = Field(None, description="its bearer token (CTX_SEARCH_TOKEN)")
-    k: int = Field(5, ge=1)
-    mode: SearchMode = "hybrid"
-    version: str | None = None
-    filter: ChunkFilter | None = None
-    rerank: bool | None = None
-    include_header: bool = True
-    timeout_s: float = 30.0
-    _client: SearchClient | None = PrivateAttr(None)
-
-    def _search_client(self) -> SearchClient:
-        if self._client is None:
-            token = self.token.get_secret_value() if self.token else None
-            self._client = SearchClient(self.base_url, token, timeout_s=self.timeout_s)
-        return self._client
-
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        request = search_request(query, k=self.k, mode=self.mode, version=self.version, filter=self.filter,
-                                 rerank=self.rerank)
-        return [Document(id=hit_id(hit), page_content=hit_text(hit, self.include_header), metadata=hit_metadata(hit))
-                for hit in self._search_client().search(request).hits]
+__all__ = ["ContextualRetriever"]

@@ -6,23 +6,24 @@
                            invalid or failing query is answered in its result; the others still are)
     GET  /v1/versions      index versions, the production alias and what a search serves by default
                            (`/versions`: the same)
-    GET  /healthz          liveness: the process answers (no token, no store)
-    GET  /readyz           readiness: the store answers and a version is there to serve (else 503)
+    GET  /healthz          liveness: the process answers (no key, no store)
+    GET  /readyz           readiness: a version with chunks is being served (else 503, saying why)
     GET  /metrics          Prometheus text: requests, latency, errors, the version served, what is in memory
     GET  /openapi.json     the OpenAPI document of these routes; /docs renders it as a page
 
-With a token configured (the variable named by CTX_SEARCH_TOKEN_ENV), the search and version routes need
-`Authorization: Bearer <token>`. Bodies over CTX_SERVE_MAX_REQUEST_BYTES are refused before parsing.
-Each request is logged on the `ctx.serve.access` logger (method, path, status, milliseconds; never a
-header, so never the token).
+The routes, and every status each can answer, are one table (`routes.py`) that the OpenAPI document is
+built from too. With keys configured (`keys.py`: CTX_SEARCH_KEYS_FILE and the token CTX_SEARCH_TOKEN_ENV
+names), the search and version routes need `Authorization: Bearer <token>`. Each client (its key's name,
+else its address) is rate limited (`rate_limit.py`) except on /healthz, /readyz and /metrics. Bodies over
+CTX_SERVE_MAX_REQUEST_BYTES are refused before parsing. Every error is an RFC 9457 problem
+(`problems.py`); every response carries `X-Request-ID`, and each request is logged on the
+`ctx.serve.access` logger (`request_context.py`; never a header, so never a token).
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -30,6 +31,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -37,18 +40,25 @@ from starlette.routing import Route
 from contextual_assets.errors import ContextualError
 
 from .api import BatchResult, BatchSearchEnvelope, BatchSearchResponse, SearchRequest
+from .keys import KeyRing
 from .metrics import ServiceMetrics
 from .openapi import docs_page, openapi_document
+from .problems import problem_response
+from .rate_limit import RateLimiter
+from .request_context import ACCESS_LOG, RequestMiddleware, context
+from .routes import ROUTES, RouteSpec
 from .service import SearchError, SearchService
 
-ACCESS_LOG = logging.getLogger("ctx.serve.access")
+__all__ = ["ACCESS_LOG", "ServingState", "create_app"]
 log = logging.getLogger(__name__)
 Handler = Callable[[Request], Awaitable[Response]]
 Body = TypeVar("Body", bound=BaseModel)
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _problem(request: Request, status: int, detail: str, *, slug: str | None = None,
+             headers: dict[str, str] | None = None) -> Response:
+    """This request's error response (a problem with its request id)."""
+    return problem_response(status, detail, context(request).request_id, slug=slug, headers=headers)
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -64,7 +74,8 @@ class ServingState:
     """What the handlers of one app share, kept on `app.state.serving`."""
 
     service: SearchService  # None only in tests: a search then answers 500, /metrics skips what is held
-    token: str | None  # None: no token configured, every request is authorized
+    keys: KeyRing  # no keys configured: every request is admitted
+    limiter: RateLimiter
     max_request_bytes: int
     metrics: ServiceMetrics
     document: dict[str, Any]  # the OpenAPI document (`/openapi.json`)
@@ -75,53 +86,36 @@ def _state(request: Request) -> ServingState:
     return request.app.state.serving
 
 
-def _authorized(state: ServingState, request: Request) -> bool:
-    """No token configured, or the request's bearer token is it (compared in constant time)."""
-    if not state.token:
-        return True
-    given = request.headers.get("authorization", "")
-    scheme, _, value = given.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), state.token.encode())
-
-
-def _refused() -> JSONResponse:
-    return JSONResponse({"error": "missing or wrong bearer token (Authorization: Bearer <CTX_SEARCH_TOKEN>)"},
-                        status_code=401, headers={"WWW-Authenticate": "Bearer"})
-
-
-async def _json_body(request: Request, max_request_bytes: int) -> dict | JSONResponse:
+async def _json_body(request: Request, max_request_bytes: int) -> dict | Response:
     """The request's JSON object, or the refusal to send (size, not JSON, not an object)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_request_bytes:
-        return _error(413, f"request body of {declared} bytes is over the limit of {max_request_bytes} "
-                           "(CTX_SERVE_MAX_REQUEST_BYTES)")
+        return _problem(request, 413, f"request body of {declared} bytes is over the limit of {max_request_bytes} "
+                                      "(CTX_SERVE_MAX_REQUEST_BYTES)")
     body = b""
     async for part in request.stream():  # bounded even when no length was declared (chunked)
         body += part
         if len(body) > max_request_bytes:
-            return _error(413, f"request body is over the limit of {max_request_bytes} bytes "
-                               "(CTX_SERVE_MAX_REQUEST_BYTES)")
+            return _problem(request, 413, f"request body is over the limit of {max_request_bytes} bytes "
+                                          "(CTX_SERVE_MAX_REQUEST_BYTES)")
     try:
         payload = json.loads(body or b"null")
     except (ValueError, RecursionError):
-        return _error(400, "request body is not JSON; send {\"query\": \"...\", \"k\": 10}")
+        return _problem(request, 400, "request body is not JSON; send {\"query\": \"...\", \"k\": 10}")
     if not isinstance(payload, dict):
-        return _error(400, "request body must be a JSON object like {\"query\": \"...\", \"k\": 10}")
+        return _problem(request, 400, "request body must be a JSON object like {\"query\": \"...\", \"k\": 10}")
     return payload
 
 
 async def _parsed_body(request: Request, model: type[Body]) -> Body | Response:
-    """The authorized request's body as `model`, or the refusal to send (401, 413, 400, 422)."""
-    state = _state(request)
-    if not _authorized(state, request):
-        return _refused()
-    payload = await _json_body(request, state.max_request_bytes)
-    if isinstance(payload, JSONResponse):
+    """The request's body as `model`, or the refusal to send (413, 400, 422)."""
+    payload = await _json_body(request, _state(request).max_request_bytes)
+    if isinstance(payload, Response):
         return payload
     try:
         return model.model_validate(payload)
     except ValidationError as exc:
-        return _error(422, _validation_message(exc))
+        return _problem(request, 422, _validation_message(exc))
 
 
 def _answer(state: ServingState, parsed: SearchRequest) -> BatchResult:
@@ -156,7 +150,10 @@ async def search(request: Request) -> Response:
         return parsed
     outcome = await run_in_threadpool(_answer, _state(request), parsed)
     if outcome.result is None:
-        return _error(outcome.status, outcome.error or "")
+        detail = outcome.error or ""
+        if outcome.status == 500:
+            detail = f"{detail} under request id {context(request).request_id}"
+        return _problem(request, outcome.status, detail)
     return JSONResponse(outcome.result.model_dump())
 
 
@@ -172,30 +169,28 @@ async def search_batch(request: Request) -> Response:
 
 async def versions(request: Request) -> Response:
     """`GET /v1/versions` (and `/versions`): the index versions and what a search serves by default."""
-    state = _state(request)
-    if not _authorized(state, request):
-        return _refused()
     try:
-        result = await run_in_threadpool(state.service.versions)
+        result = await run_in_threadpool(_state(request).service.versions)
     except ContextualError as exc:
-        return _error(503, str(exc))
+        return _problem(request, 503, str(exc))
     return JSONResponse(result.model_dump())
 
 
 async def healthz(request: Request) -> Response:
-    """`GET /healthz`: liveness, answered without the token or the store."""
+    """`GET /healthz`: liveness, answered without a key or the store."""
     return JSONResponse({"status": "ok"})
 
 
 async def readyz(request: Request) -> Response:
-    """`GET /readyz`: the store answers and a version is there to serve, else 503."""
+    """`GET /readyz`: the version served by default and its alias, or a 503 saying why there is none."""
     service = _state(request).service
     try:
-        return JSONResponse(await run_in_threadpool(service.ready))
+        readiness = await run_in_threadpool(service.ready)
     except SearchError as exc:
-        return _error(exc.status, str(exc))
+        return _problem(request, exc.status, str(exc), slug="not-ready" if exc.status == 503 else None)
     except ContextualError as exc:
-        return _error(503, str(exc))
+        return _problem(request, 503, str(exc), slug="not-ready")
+    return JSONResponse(readiness.model_dump())
 
 
 async def prometheus(request: Request) -> Response:
@@ -216,42 +211,70 @@ async def docs(request: Request) -> Response:
     return HTMLResponse(_state(request).page)
 
 
-def _observed(route: str, handler: Handler) -> Handler:
-    """The handler, counted and timed under `route` and written to the access log."""
-    async def wrapped(request: Request) -> Response:
-        started = time.perf_counter()
-        status = 500
-        try:
-            response = await handler(request)
-            status = response.status_code
-            return response
-        finally:
-            elapsed = time.perf_counter() - started
-            _state(request).metrics.observe(route, status, elapsed)
-            client = request.client.host if request.client else "-"
-            ACCESS_LOG.info('%s "%s %s" %d %.1f ms', client, request.method, request.url.path, status,
-                            elapsed * 1000)
-
-    return wrapped
+HANDLERS: dict[str, Handler] = {"search": search, "search_batch": search_batch, "versions": versions,
+                                "healthz": healthz, "readyz": readyz, "metrics": prometheus, "openapi": openapi,
+                                "docs": docs}
 
 
-# (path, metrics route name, handler, methods); the unversioned paths are the routes' first names.
-_ROUTES: tuple[tuple[str, str, Handler, list[str]], ...] = (
-    ("/v1/search", "search", search, ["POST"]), ("/search", "search", search, ["POST"]),
-    ("/v1/search/batch", "search_batch", search_batch, ["POST"]),
-    ("/v1/versions", "versions", versions, ["GET"]), ("/versions", "versions", versions, ["GET"]),
-    ("/healthz", "healthz", healthz, ["GET"]), ("/readyz", "readyz", readyz, ["GET"]),
-    ("/metrics", "metrics", prometheus, ["GET"]),
-    ("/openapi.json", "openapi", openapi, ["GET"]), ("/docs", "docs", docs, ["GET"]),
-)
+def _admit(spec: RouteSpec, request: Request) -> Response | None:
+    """The rate limit's 429 or the key check's 401 for this request, or None to let it through. The
+    client is the key's name when a valid key came, else the address (so a flood of wrong keys is paced)."""
+    state = _state(request)
+    key = None
+    if spec.keyed and state.keys.enabled:
+        key = state.keys.identify(request.headers.get("authorization", ""))
+    if spec.limited:
+        client = f"key:{key}" if key else f"address:{request.client.host if request.client else '-'}"
+        wait = state.limiter.take(client)
+        if wait is not None:
+            return _problem(request, 429, f"over {state.limiter.per_s:g} requests a second (bursts of "
+                                          f"{state.limiter.burst}, CTX_SERVE_RATE_LIMIT_PER_S); retry in {wait} s",
+                            headers={"Retry-After": str(wait)})
+    if spec.keyed and state.keys.enabled and key is None:
+        return _problem(request, 401, "missing or wrong API key: send `Authorization: Bearer <token>` with a key of "
+                                      "CTX_SEARCH_KEYS_FILE or the CTX_SEARCH_TOKEN", headers={"WWW-Authenticate": "Bearer"})
+    return None
 
 
-def create_app(service: SearchService, token: str | None = None, max_request_bytes: int = 16_384) -> Starlette:
-    """The search service's app: its routes, each observed, over one `ServingState` on `app.state.serving`."""
-    token = (token or "").strip() or None  # a Secret's trailing newline would lock every client out
-    document = openapi_document(bearer=bool(token))
-    app = Starlette(routes=[Route(path, _observed(name, handler), methods=methods)
-                            for path, name, handler, methods in _ROUTES])
-    app.state.serving = ServingState(service=service, token=token, max_request_bytes=max_request_bytes,
-                                     metrics=ServiceMetrics(), document=document, page=docs_page(document))
+def _guarded(spec: RouteSpec, handler: Handler) -> Handler:
+    """The handler behind the route's guards (rate limit, key), its route named for the metrics and log."""
+    async def guarded(request: Request) -> Response:
+        context(request).route = spec.name
+        response = _admit(spec, request) or await handler(request)
+        if response.status_code not in spec.statuses:  # the route table (and so the document) misses it
+            log.error("%s %s answered %d, a status its route table does not list", spec.method, spec.path,
+                      response.status_code)
+        return response
+
+    return guarded
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such path: 404; a method the path does not take: 405) as problems."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        detail = f"no route {request.url.path}; see /openapi.json"
+    elif exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        detail = f"{request.method} is not allowed on {request.url.path} (allowed: {allowed})"
+    else:
+        detail = str(exc.detail)
+    return _problem(request, exc.status_code, detail, headers=exc.headers)
+
+
+def create_app(service: SearchService, token: str | None = None, max_request_bytes: int = 16_384, *,
+               keys: KeyRing | None = None, rate_limiter: RateLimiter | None = None) -> Starlette:
+    """The search service's app: the route table's routes, each guarded, over one `ServingState` on
+    `app.state.serving`. `keys` (default: `token` alone, named `default`) and `rate_limiter` (default:
+    none) come from the settings in `ctx serve`."""
+    keys = keys if keys is not None else KeyRing(token)
+    document = openapi_document(bearer=keys.enabled)
+    metrics = ServiceMetrics()
+    app = Starlette(routes=[Route(spec.path, _guarded(spec, HANDLERS[spec.name]), methods=[spec.method])
+                            for spec in ROUTES],
+                    middleware=[Middleware(RequestMiddleware, metrics=metrics)],
+                    exception_handlers={HTTPException: _http_error})
+    app.state.serving = ServingState(service=service, keys=keys, limiter=rate_limiter or RateLimiter(0.0, 1),
+                                     max_request_bytes=max_request_bytes, metrics=metrics, document=document,
+                                     page=docs_page(document))
     return app

@@ -11,72 +11,75 @@ from pydantic.json_schema import models_json_schema
 
 from contextual_assets import package_version
 
-from .api import BatchSearchRequest, BatchSearchResponse, ErrorBody, SearchRequest, SearchResponse, VersionsResponse
+from .api import Problem
+from .problems import PROBLEM_MEDIA_TYPE, PROBLEM_TYPES
+from .routes import ROUTES, RouteSpec
 
 _REF = "#/components/schemas/{model}"
+_REQUEST_ID = {"name": "X-Request-ID", "in": "header", "required": False, "schema": {"type": "string"},
+               "description": "the request's id (1 to 128 of letters, digits and `._:~+/=-`; else one is made); "
+                              "echoed on the response and in the access log"}
+_ID_HEADER = {"X-Request-ID": {"$ref": "#/components/headers/X-Request-ID"}}
+_DESCRIPTION = ("Hybrid (dense + BM25) search over a promoted index version; `ctx serve`. Every error is an RFC "
+                "9457 problem (`application/problem+json`, the `Problem` schema), an unknown path (404) or method "
+                "(405) included; every response carries `X-Request-ID`.")
 
 
-def _body(model: type, description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": {"$ref": _REF.format(
-        model=model.__name__)}}}}
+def _schema(model: type) -> dict[str, Any]:
+    return {"$ref": _REF.format(model=model.__name__)}
 
 
-def _errors(*statuses: int, **meanings: str) -> dict[str, Any]:
-    """Error responses by status; `meanings` (`s422="..."`) replaces a status's usual description."""
-    meaning = {400: "not JSON or not an object", 401: "missing or wrong bearer token", 404: "no such version",
-               413: "body over CTX_SERVE_MAX_REQUEST_BYTES", 422: "a field is invalid (the message names it)",
-               500: "an unforeseen failure (the service log has the traceback)",
-               502: "the reranker failed", 503: "the store, embedder or a version to serve is unavailable"}
-    return {str(s): _body(ErrorBody, meanings.get(f"s{s}", meaning[s])) for s in statuses}
+def _ok(spec: RouteSpec) -> dict[str, Any]:
+    content = {spec.ok_media: {"schema": _schema(spec.response)} if spec.response is not None else {}}
+    return {"description": spec.ok, "headers": _ID_HEADER, "content": content}
+
+
+def _problem(spec: RouteSpec, status: int) -> dict[str, Any]:
+    headers = dict(_ID_HEADER)
+    if status == 429:
+        headers["Retry-After"] = {"description": "whole seconds to wait (at least 1)", "schema": {"type": "integer"}}
+    if status == 401:
+        headers["WWW-Authenticate"] = {"description": "`Bearer`", "schema": {"type": "string"}}
+    return {"description": spec.meaning(status), "headers": headers,
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": _schema(Problem)}}}
+
+
+def operation(spec: RouteSpec, *, bearer: bool) -> dict[str, Any]:
+    """The OpenAPI operation of one route: every status the route table lists for it."""
+    op: dict[str, Any] = {"summary": spec.summary, "operationId": spec.operation_id, "parameters": [_REQUEST_ID],
+                          "responses": {str(s): _ok(spec) if s == 200 else _problem(spec, s) for s in spec.statuses}}
+    if spec.description:
+        op["description"] = spec.description
+    if spec.deprecated:
+        op["deprecated"] = True
+    if spec.request is not None:
+        op["requestBody"] = {"required": True, "description": "the request",
+                             "content": {"application/json": {"schema": _schema(spec.request)}}}
+    if spec.keyed and bearer:
+        op["security"] = [{"bearer": []}]
+    return op
 
 
 def openapi_document(*, bearer: bool) -> dict[str, Any]:
-    """The document; `bearer`: the search and version routes need a token (this service has one set)."""
+    """The document of the route table; `bearer`: the keyed routes need a key (this service has some)."""
+    requests = {spec.request for spec in ROUTES if spec.request is not None}
+    responses = {spec.response for spec in ROUTES if spec.response is not None} | {Problem}
     _, schemas = models_json_schema(
-        [(m, "validation") for m in (SearchRequest, BatchSearchRequest)]
-        + [(m, "serialization") for m in (SearchResponse, BatchSearchResponse, VersionsResponse, ErrorBody)],
-        ref_template=_REF)
-    secured = {"security": [{"bearer": []}]} if bearer else {}
-    search = {"requestBody": {"required": True, **_body(SearchRequest, "the query")},
-              "responses": {"200": _body(SearchResponse, "the hits and the version that served them"),
-                            **_errors(400, 401, 404, 413, 422, 500, 502, 503)}, **secured}
-    paths: dict[str, Any] = {
-        "/v1/search": {"post": {"summary": "Search an index version (default: the production alias)",
-                                "operationId": "search", **search}},
-        "/search": {"post": {"summary": "Search (the first name of /v1/search)", "operationId": "search_legacy",
-                             "deprecated": True, **search}},
-        "/v1/search/batch": {"post": {
-            "summary": "Several searches in one request, answered in order, each with its own status",
-            "description": "Each query is validated and answered alone: one that is invalid (422, the error "
-                           "names its field) or fails (e.g. 404, 503, 500) gets `status` and `error` in its "
-                           "result, and the other queries are still answered.",
-            "operationId": "search_batch",
-            "requestBody": {"required": True, **_body(BatchSearchRequest, "the queries")},
-            "responses": {"200": _body(BatchSearchResponse, "one result per query: {status, result, error}"),
-                          **_errors(400, 401, 413, 422, s422="`queries` is missing, empty or over 32, or "
-                                                             "the body has an unknown field")}, **secured}},
-        "/v1/versions": {"get": {"summary": "Index versions, the production alias and the default",
-                                 "operationId": "versions",
-                                 "responses": {"200": _body(VersionsResponse, "the versions"),
-                                               **_errors(401, 503)}, **secured}},
-        "/healthz": {"get": {"summary": "Liveness: the process answers", "operationId": "healthz",
-                             "responses": {"200": {"description": "alive"}}}},
-        "/readyz": {"get": {"summary": "Readiness: the store answers and a version is there to serve",
-                            "operationId": "readyz",
-                            "responses": {"200": {"description": "ready"}, **_errors(503)}}},
-        "/metrics": {"get": {"summary": "Prometheus metrics", "operationId": "metrics",
-                             "responses": {"200": {"description": "text exposition format",
-                                                   "content": {"text/plain": {}}}}}},
-    }
-    document: dict[str, Any] = {
-        "openapi": "3.1.0",
-        "info": {"title": "Contextual retrieval search", "version": package_version(),
-                 "description": "Hybrid (dense + BM25) search over a promoted index version; `ctx serve`."},
-        "paths": paths, "components": {"schemas": schemas["$defs"]},
-    }
+        [(m, "validation") for m in sorted(requests, key=lambda m: m.__name__)]
+        + [(m, "serialization") for m in sorted(responses, key=lambda m: m.__name__)], ref_template=_REF)
+    paths: dict[str, Any] = {}
+    for spec in ROUTES:
+        paths.setdefault(spec.path, {})[spec.method.lower()] = operation(spec, bearer=bearer)
+    types = ", ".join(f"`{t.uri}` ({t.status})" for t in PROBLEM_TYPES.values())
+    components: dict[str, Any] = {
+        "schemas": schemas["$defs"],
+        "headers": {"X-Request-ID": {"description": "the request's id (given or made)", "schema": {"type": "string"}}}}
     if bearer:
-        document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
-    return document
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    return {"openapi": "3.1.0",
+            "info": {"title": "Contextual retrieval search", "version": package_version(),
+                     "description": f"{_DESCRIPTION} Problem types: {types}."},
+            "paths": paths, "components": components}
 
 
 def docs_page(document: dict[str, Any]) -> str:

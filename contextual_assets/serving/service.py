@@ -25,7 +25,7 @@ from contextual_assets.settings import PlatformSettings
 from contextual_assets.store import ChunkStore, open_store
 from contextual_assets.store.lexical_snapshot import LexicalSnapshot
 
-from .api import Hit, SearchRequest, SearchResponse, VersionInfo, VersionsResponse
+from .api import Hit, Readiness, SearchRequest, SearchResponse, VersionInfo, VersionsResponse
 from .vectors import VersionVectors
 from .version_cache import VersionCache
 
@@ -233,13 +233,23 @@ class SearchService:
                                   aliases=aliases.get(v["index_version"], []))
                       for v in self.store.corpus.index_versions()])
 
-    def ready(self) -> dict:
-        """Ready to serve: the store answers and a version is there to serve by default (else a 503)."""
-        production, default = self.production(), self.default_version()
-        if not default:
-            raise SearchError(503, f"nothing to serve yet: '{self.alias}' is not set and the current settings "
+    def ready(self) -> Readiness:
+        """Ready: the version a search without `version` would serve holds chunks (else a 503 saying why).
+        Never promoted, that is the version the current settings build: ready only once it holds chunks."""
+        production = self.production()
+        version = production or self._fallback_version()
+        if not version:
+            raise SearchError(503, f"nothing to serve: '{self.alias}' was never promoted and the current settings "
                                    "build no version; ingest and `ctx eval`")
-        return {"status": "ready", "production": production, "default": default}
+        chunks = self.store.corpus.count_chunks(version)
+        if chunks == 0:
+            if production:
+                raise SearchError(503, f"'{self.alias}' points to {version}, which holds no chunks; promote a "
+                                       "version with chunks (`ctx rollback` or ingest and `ctx eval`)")
+            raise SearchError(503, f"nothing to serve: '{self.alias}' was never promoted and {version} (the "
+                                   "version the current settings build) holds no chunks; ingest and `ctx eval`")
+        return Readiness(index_version=version, alias=self.alias if production else None, production=production,
+                         default=version, chunks=chunks)
 
 
 def service_from_settings(settings: PlatformSettings, *, long_lived: bool = False) -> SearchService:
@@ -248,7 +258,9 @@ def service_from_settings(settings: PlatformSettings, *, long_lived: bool = Fals
     long-lived one (`ctx serve`) keeps vectors and BM25 postings in memory and its store connection open
     between requests."""
     deployment = configured_deployment(settings)
-    store = open_store(settings.database_url or None, settings.duckdb_path, pool_size=8)
+    # `ctx serve` never migrates (search replicas may run as a read-only role): a store behind or ahead of this
+    # release is refused, naming `ctx migrate`. A one-off in-process `ctx search` migrates as the other commands do.
+    store = open_store(settings.database_url or None, settings.duckdb_path, pool_size=8, migrate=not long_lived)
     if long_lived:
         store.backend.hold_connection()
         # Numpy's BLAS on one thread: the dense product runs beside the query embedder (one torch thread)

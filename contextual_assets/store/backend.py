@@ -37,9 +37,22 @@ class Backend(ABC):
     compacts_lexical: bool = False  # lexical_index.py: postings compacted into one row per term (DuckDB)
 
     # ---- lifecycle ---------------------------------------------------------------------------
-    @abstractmethod
     def migrate(self) -> int:
         """Apply the pending migrations; the schema version."""
+        return self.apply_migrations()[0]
+
+    @abstractmethod
+    def apply_migrations(self, upto: int | None = None) -> tuple[int, list[int]]:
+        """Apply the pending migrations (those up to `upto` only, when given), one transaction each, one
+        migrator at a time: (the schema version, the versions applied now)."""
+
+    def applied_migrations(self) -> list[int]:
+        """The versions of the applied migrations, ascending ([] before any); runs no DDL."""
+        with self.reading():
+            if not self.query("SELECT count(*) FROM information_schema.tables "
+                              "WHERE table_schema = current_schema() AND table_name = 'ctx_schema_migrations'")[0][0]:
+                return []
+            return [int(r[0]) for r in self.query("SELECT version FROM ctx_schema_migrations ORDER BY version")]
 
     def close(self) -> None:  # pragma: no cover - trivial
         pass

@@ -80,12 +80,13 @@ class DuckDBBackend(Backend):
         self._held: HeldConnection | None = None
 
     @_retry_on_lock
-    def migrate(self) -> int:
-        with self._locked_connection() as con:
+    def apply_migrations(self, upto: int | None = None) -> tuple[int, list[int]]:
+        with self._locked_connection() as con:  # the file's one writer: no other migrator meanwhile
             con.execute("CREATE TABLE IF NOT EXISTS ctx_schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
             applied = {r[0] for r in con.execute("SELECT version FROM ctx_schema_migrations").fetchall()}
+            now: list[int] = []
             for version, statements in MIGRATIONS["duckdb"]:
-                if version in applied:
+                if version in applied or (upto is not None and version > upto):
                     continue
                 con.execute("BEGIN TRANSACTION")
                 try:
@@ -96,7 +97,13 @@ class DuckDBBackend(Backend):
                 except Exception:
                     con.execute("ROLLBACK")
                     raise
-            return int(con.execute("SELECT max(version) FROM ctx_schema_migrations").fetchone()[0])
+                now.append(version)
+            return int(con.execute("SELECT coalesce(max(version), 0) FROM ctx_schema_migrations").fetchone()[0]), now
+
+    def applied_migrations(self) -> list[int]:
+        if not self.path.exists():
+            return []  # never created: nothing applied, and a check does not create the file
+        return super().applied_migrations()
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:

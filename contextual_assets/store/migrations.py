@@ -1,6 +1,9 @@
-"""Versioned schema migrations. Append new steps; never edit an applied one."""
+"""Versioned schema migrations. Append new steps; never edit an applied one. Both engines number their
+steps alike (a step one engine does not need is empty), so one version names the schema on either."""
 
 from __future__ import annotations
+
+from ..errors import SchemaOutdated
 
 _COMMON_V1 = [
     """CREATE TABLE IF NOT EXISTS ctx_sources (
@@ -132,4 +135,30 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
     ],
 }
 
-SCHEMA_VERSION = max(v for v, _ in MIGRATIONS["duckdb"])
+LATEST_SCHEMA: int = max(v for v, _ in MIGRATIONS["duckdb"])
+"""The schema version this release needs (and `ctx migrate` brings a store to)."""
+SCHEMA_VERSION = LATEST_SCHEMA  # the earlier name
+
+assert all([v for v, _ in steps] == list(range(1, LATEST_SCHEMA + 1)) for steps in MIGRATIONS.values())
+
+
+def pending_versions(dialect: str, applied: list[int]) -> list[int]:
+    """This release's migrations of `dialect` that `applied` (a store's applied versions) lacks."""
+    done = set(applied)
+    return [v for v, _ in MIGRATIONS[dialect] if v not in done]
+
+
+def check_schema(dialect: str, applied: list[int], location: str) -> int:
+    """The schema version of a store with `applied` migrations (0: none); `SchemaOutdated` unless it is
+    exactly this release's: behind it (`ctx migrate` first), or migrated by a newer release."""
+    current = max(applied, default=0)
+    if current > LATEST_SCHEMA:
+        raise SchemaOutdated(
+            f"the store's schema is at version {current}, newer than this release's {LATEST_SCHEMA}: it was "
+            f"migrated by a newer release; run that release (or a newer one) against it ({location})",
+            current=current, needed=LATEST_SCHEMA)
+    if pending_versions(dialect, applied):
+        raise SchemaOutdated(
+            f"the store's schema is at version {current}, this release needs {LATEST_SCHEMA}: run `ctx migrate` "
+            f"(or the migrate job) first ({location})", current=current, needed=LATEST_SCHEMA)
+    return current

@@ -72,21 +72,38 @@ class PostgresBackend(Backend):
     def sql(self, sql: str) -> str:
         return sql.replace("?", "%s")
 
-    def migrate(self) -> int:
+    def apply_migrations(self, upto: int | None = None) -> tuple[int, list[int]]:
         with self._pool.connection() as conn:
+            now: list[int] = []
             with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))  # one migrator at a time
                 conn.execute(
                     "CREATE TABLE IF NOT EXISTS ctx_schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)"
                 )
                 applied = {r[0] for r in conn.execute("SELECT version FROM ctx_schema_migrations").fetchall()}
                 for version, statements in MIGRATIONS["postgres"]:
-                    if version in applied:
+                    if version in applied or (upto is not None and version > upto):
                         continue
                     for statement in statements:
                         conn.execute(statement)
                     conn.execute("INSERT INTO ctx_schema_migrations VALUES (%s, %s)", (version, utc_now()))
-            return int(conn.execute("SELECT max(version) FROM ctx_schema_migrations").fetchone()[0])
+                    now.append(version)
+            return int(conn.execute("SELECT coalesce(max(version), 0) FROM ctx_schema_migrations").fetchone()[0]), now
+
+    def applied_migrations(self) -> list[int]:
+        """As the base, but finds the table whatever the role may read (`to_regclass`), so a role without
+        SELECT on it is told so rather than that the store was never migrated."""
+        import psycopg
+
+        with self._pool.connection() as conn:
+            if conn.execute("SELECT to_regclass('ctx_schema_migrations')").fetchone()[0] is None:
+                return []
+            try:
+                rows = conn.execute("SELECT version FROM ctx_schema_migrations ORDER BY version").fetchall()
+            except psycopg.errors.InsufficientPrivilege:
+                raise StoreError(f"the role in DATABASE_URL ({self.location}) may not read the store's tables: grant "
+                                 "it SELECT on them (docs/upgrading.md)") from None
+        return [int(r[0]) for r in rows]
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:

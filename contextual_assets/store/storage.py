@@ -24,6 +24,7 @@ from .eval_runs import EvalRuns, EvalRunTable
 from .header_cache import HeaderCache, HeaderCacheTable
 from .inbox_state import InboxState, InboxStateTable
 from .lexical_index import LexicalIndex
+from .migrations import check_schema, pending_versions
 from .search import CorpusSearch, Search
 
 
@@ -50,11 +51,26 @@ class ChunkStore:
         return self.backend.location
 
     def migrate(self) -> int:
+        """Apply the pending migrations; the schema version."""
         return self.backend.migrate()
 
+    def apply_migrations(self, upto: int | None = None) -> tuple[int, list[int]]:
+        """Apply the pending migrations (up to `upto` only, when given): (the schema version, those
+        applied now). Concurrent migrators wait for each other (Postgres: an advisory lock)."""
+        return self.backend.apply_migrations(upto)
+
     def schema_version(self) -> int:
-        """The highest applied migration (0 before any)."""
-        return int(self.backend.query("SELECT coalesce(max(version), 0) FROM ctx_schema_migrations")[0][0])
+        """The highest applied migration (0 before any); runs no DDL."""
+        return max(self.backend.applied_migrations(), default=0)
+
+    def pending_migrations(self) -> list[int]:
+        """This release's migrations the store has not applied yet."""
+        return pending_versions(self.dialect, self.backend.applied_migrations())
+
+    def check_schema(self) -> int:
+        """The schema version when it is this release's (`LATEST_SCHEMA`); `SchemaOutdated` when it is
+        behind (run `ctx migrate`) or newer (migrated by a newer release). Runs no DDL."""
+        return check_schema(self.dialect, self.backend.applied_migrations(), self.location)
 
     @contextmanager
     def reading(self) -> Iterator[None]:

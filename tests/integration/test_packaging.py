@@ -1,4 +1,5 @@
-"""What `pip install .` puts into site-packages: the two product packages and their data, nothing else."""
+"""What `pip install .` puts into site-packages: the two product packages, the search client (clients/python/)
+and their data, nothing else."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def test_wheel_holds_the_product_packages_and_their_data_only(tmp_path):
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO_ROOT / name, source / name)
-    for package in ("contextual_assets", "eval_assets", "bench", "tests"):
+    for package in ("contextual_assets", "eval_assets", "bench", "tests", "clients"):
         shutil.copytree(REPO_ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                              str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=600)
@@ -23,16 +24,16 @@ def test_wheel_holds_the_product_packages_and_their_data_only(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
-    assert top_level == {"contextual_assets", "eval_assets"}
+    assert top_level == {"contextual_assets", "eval_assets", "ctx_search_client"}
     for data in ("contextual_assets/prompts/header_v2.txt", "contextual_assets/samples/gold.jsonl",
                  "contextual_assets/samples/corpus/rate_limiter.py", "contextual_assets/samples/corpus/release_notes.txt",
                  "contextual_assets/samples/pdfs/01_supply_agreement.yaml"):
         assert data in names, data
     # The peers bench.ingest measures (the `bench` extra) stay out of the product's code, apart from the
-    # LlamaIndex retriever (its own optional extra, `llamaindex`).
+    # search client's LlamaIndex retriever (its own optional extra, `llamaindex`).
     wheel_zip = zipfile.ZipFile(wheel)
     peers_used = [n for n in names if n.endswith(".py") and b"llama_index" in wheel_zip.read(n)]
-    assert peers_used == ["contextual_assets/retrievers/llamaindex.py"], \
+    assert peers_used == ["ctx_search_client/llamaindex.py"], \
         f"the product imports a peer's library: {peers_used}"
     requires = [line.split(":", 1)[1].strip() for line in
                 zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA")))

@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
 
 from contextual_assets.embedder_config import EmbedderCatalog
 from contextual_assets.models import DocumentRecord, EmbeddedChunk, content_hash
@@ -23,7 +21,8 @@ from contextual_assets.serving.metrics import ServiceMetrics
 from contextual_assets.serving.service import SearchService
 from contextual_assets.serving.version_cache import VersionCache
 from contextual_assets.store import open_store
-from tests.support import REPO_ROOT, ctx_serve, free_port
+from tests.support import REPO_ROOT, app_in_thread, ctx_serve
+from tests.unit.test_search_units import problem_detail
 
 DOCS = {
     "contracts/supply.pdf": [
@@ -85,20 +84,8 @@ def filled(store_location, embedders):
 @contextmanager
 def serving(service: SearchService, **app_options):
     """The app under a real uvicorn server on a free loopback port, in a thread."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(service, **app_options), host="127.0.0.1", port=port,
-                                           log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the search service did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with app_in_thread(create_app(service, **app_options), "the search service") as base:
+        yield base
 
 
 def test_service_searches_production_and_follows_the_alias_live(filled, store_location, embedders):
@@ -106,7 +93,9 @@ def test_service_searches_production_and_follows_the_alias_live(filled, store_lo
     service = SearchService(open_store(url, path), embedders, alias_refresh_s=0.2, vectors_in_memory=True)
     with serving(service) as base:
         assert httpx.get(f"{base}/healthz").json() == {"status": "ok"}
-        assert httpx.get(f"{base}/readyz").json() == {"status": "ready", "production": "iv-one", "default": "iv-one"}
+        assert httpx.get(f"{base}/readyz").json() == {"status": "ready", "index_version": "iv-one",
+                                                      "alias": "production", "production": "iv-one",
+                                                      "default": "iv-one", "chunks": 6}
         answer = httpx.post(f"{base}/search", json={"query": "late delivery penalty per business day", "k": 3})
         assert answer.status_code == 200, answer.text
         body = answer.json()
@@ -249,28 +238,28 @@ def test_refusals_are_clear_4xx(filled, store_location, embedders):
         query = {"query": "ninety days notice"}
         assert httpx.post(f"{base}/search", json=query).status_code == 401
         wrong = httpx.post(f"{base}/search", json=query, headers={"Authorization": "Bearer nope"})
-        assert wrong.status_code == 401 and "bearer token" in wrong.json()["error"]
+        assert "Bearer <token>" in problem_detail(wrong, 401, "unauthorized")
         assert httpx.get(f"{base}/versions").status_code == 401
         assert httpx.post(f"{base}/v1/search/batch", json={"queries": [query]}).status_code == 401
         auth = {"Authorization": "Bearer s3cret-token"}
         assert httpx.post(f"{base}/search", json=query, headers=auth).status_code == 200
 
         big = httpx.post(f"{base}/search", json={"query": "x" * 5000}, headers=auth)
-        assert big.status_code == 413 and "CTX_SERVE_MAX_REQUEST_BYTES" in big.json()["error"]
+        assert "CTX_SERVE_MAX_REQUEST_BYTES" in problem_detail(big, 413, "payload-too-large")
         too_many = httpx.post(f"{base}/search", json={**query, "k": 21}, headers=auth)
-        assert too_many.status_code == 422 and "CTX_SERVE_MAX_K" in too_many.json()["error"]
+        assert "CTX_SERVE_MAX_K" in problem_detail(too_many, 422, "invalid-field")
         bad_mode = httpx.post(f"{base}/search", json={**query, "mode": "fuzzy"}, headers=auth)
-        assert bad_mode.status_code == 422 and "mode" in bad_mode.json()["error"]
+        assert "mode" in problem_detail(bad_mode, 422, "invalid-field")
         unknown = httpx.post(f"{base}/search", json={**query, "colour": "red"}, headers=auth)
-        assert unknown.status_code == 422 and "colour" in unknown.json()["error"]
+        assert "colour" in problem_detail(unknown, 422, "invalid-field")
         not_json = httpx.post(f"{base}/search", content=b"{query", headers=auth)
-        assert not_json.status_code == 400 and "not JSON" in not_json.json()["error"]
+        assert "not JSON" in problem_detail(not_json, 400, "bad-request")
         nested = httpx.post(f"{base}/search", content=b"[" * 500 + b"]" * 500, headers=auth)
-        assert nested.status_code == 400
+        problem_detail(nested, 400, "bad-request")
         missing = httpx.post(f"{base}/search", json={**query, "version": "iv-nope"}, headers=auth)
-        assert missing.status_code == 404 and "iv-nope" in missing.json()["error"]
+        assert "iv-nope" in problem_detail(missing, 404, "not-found")
         no_reranker = httpx.post(f"{base}/search", json={**query, "rerank": True}, headers=auth)
-        assert no_reranker.status_code == 400 and "CTX_RERANK_BASE_URL" in no_reranker.json()["error"]
+        assert "CTX_RERANK_BASE_URL" in problem_detail(no_reranker, 400, "bad-request")
     service.store.close()
 
 
@@ -282,7 +271,7 @@ def test_v1_routes_batch_openapi_metrics_readiness_and_access_log(filled, store_
     empty = open_store(None, path.with_name("empty.duckdb"))
     with serving(SearchService(empty, embedders)) as base:
         unready = httpx.get(f"{base}/readyz")
-        assert unready.status_code == 503 and "ingest" in unready.json()["error"], "nothing to serve: not ready"
+        assert "ingest" in problem_detail(unready, 503, "not-ready"), "nothing to serve: not ready"
         assert httpx.get(f"{base}/healthz").status_code == 200, "alive all the same"
     empty.close()
 
@@ -304,7 +293,7 @@ def test_v1_routes_batch_openapi_metrics_readiness_and_access_log(filled, store_
                                                                                   ["Termination"])]
         backwards = httpx.post(f"{base}/v1/search", headers=auth, json={
             "query": "hotel", "filter": {"page_from": 4, "page_to": 2}})
-        assert backwards.status_code == 422 and "page_from (4) is after page_to (2)" in backwards.json()["error"]
+        assert "page_from (4) is after page_to (2)" in problem_detail(backwards, 422, "invalid-field")
 
         batch = httpx.post(f"{base}/v1/search/batch", headers=auth, json={"queries": [
             {"query": "ninety days notice", "k": 2}, {"query": "token bucket", "version": "iv-nope"},
@@ -317,7 +306,7 @@ def test_v1_routes_batch_openapi_metrics_readiness_and_access_log(filled, store_
         assert results[2]["result"]["index_version"] == "iv-two"
         assert results[2]["result"]["hits"][0]["document"] == "handbook.pdf"
         empty_batch = httpx.post(f"{base}/v1/search/batch", json={"queries": []}, headers=auth)
-        assert empty_batch.status_code == 422 and "queries" in empty_batch.json()["error"]
+        assert "queries" in problem_detail(empty_batch, 422, "invalid-field")
 
         document = httpx.get(f"{base}/openapi.json").json()
         assert document["openapi"].startswith("3.") and document["info"]["version"]
@@ -341,6 +330,8 @@ def test_v1_routes_batch_openapi_metrics_readiness_and_access_log(filled, store_
     service.store.close()
     lines = [r.getMessage() for r in caplog.records if r.name == "ctx.serve.access"]
     assert any('"POST /v1/search/batch" 200' in line for line in lines), lines
+    ids = [r.request_id for r in caplog.records if r.name == "ctx.serve.access"]
+    assert all(f"request_id={i}" in line for i, line in zip(ids, lines)) and len(set(ids)) == len(ids)
     assert not any("s3cret-token" in line for line in lines), "the token is never logged"
 
 
@@ -360,10 +351,10 @@ def test_integers_out_of_range_are_a_422_naming_the_field_and_fail_alone_in_a_ba
             for field in ("page_from", "page_to"):
                 refused = search(mode=mode, filter={field: 10**40})
                 assert refused.status_code == 422, (mode, field, refused.text)
-                error = refused.json()["error"]
+                error = problem_detail(refused, 422, "invalid-field")
                 assert error.startswith(f"filter.{field}: ") and str(MAX_PAGE) in error and "\n" not in error
             too_many = search(mode=mode, k=10**40)
-            assert too_many.status_code == 422 and "CTX_SERVE_MAX_K" in too_many.json()["error"], mode
+            assert "CTX_SERVE_MAX_K" in problem_detail(too_many, 422, "invalid-field"), mode
             beyond = search(mode=mode, k=3, filter={"page_from": MAX_PAGE})
             assert beyond.status_code == 200 and beyond.json()["hits"] == [], (mode, beyond.text)
             within = search(mode=mode, k=3, filter={"page_from": 1, "page_to": MAX_PAGE})  # every chunk passes
@@ -411,7 +402,7 @@ def test_rerank_through_the_simulators_rerank_endpoint(filled, store_location, e
 
             fleet.set_faults(0, error_rate=1.0)
             failed = httpx.post(f"{base}/search", json={"query": query, "k": 4})
-            assert failed.status_code == 502 and "reranker" in failed.json()["error"]
+            assert "reranker" in problem_detail(failed, 502, "upstream-failed")
         service.store.close()
 
 

@@ -35,7 +35,7 @@ from contextual_assets.defs.resources import build_resources
 from contextual_assets.store.shared import clear_store_cache
 from contextual_assets.errors import DocumentError
 from contextual_assets.ingest.inbox.document_keys import key_for_path, partition_key_for
-from tests.support import REPO_ROOT, free_port, wait_until_answering
+from tests.support import REPO_ROOT, ctx_migrate, free_port, wait_until_answering
 
 # --------------------------------------------------------------------------------------------
 # SQL under hostile names
@@ -328,6 +328,7 @@ def test_ctx_serve_strips_its_token_so_a_secrets_trailing_newline_locks_nobody_o
     # The token as a file or a Kubernetes Secret gives it, through the variable CTX_SEARCH_TOKEN_ENV names.
     server_env = {**env, "CTX_SERVE_PORT": str(port), "CTX_SEARCH_TOKEN_ENV": "CTX_TEST_SERVE_TOKEN",
                   "CTX_TEST_SERVE_TOKEN": "tok-nl\n", "CTX_HEADER_SOURCE": "structural"}
+    ctx_migrate(server_env)
     server = subprocess.Popen([sys.executable, "-m", "contextual_assets.cli.main", "serve", "--no-access-log"],
                               env=server_env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)

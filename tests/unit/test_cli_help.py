@@ -23,7 +23,8 @@ def _commands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
 def test_every_argument_of_every_command_has_help():
     parser = build_parser()
     commands = _commands(parser)
-    assert set(commands.choices) == {"ingest", "search", "serve", "rollback", "eval", "status", "inbox"}
+    assert set(commands.choices) == {"ingest", "search", "serve", "rollback", "eval", "status", "inbox",
+                                     "migrate"}
     # Each command is described in `ctx --help`.
     listed = {a.dest: a.help for a in commands._choices_actions}
     assert set(listed) == set(commands.choices)

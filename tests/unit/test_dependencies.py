@@ -14,12 +14,15 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("contextual_assets", "eval_assets")
+PACKAGES = ("contextual_assets", "eval_assets", "ctx_search_client")
+# Where each package's source lies: the search client is its own distribution too (clients/python/).
+SOURCES = {"contextual_assets": REPO / "contextual_assets", "eval_assets": REPO / "eval_assets",
+           "ctx_search_client": REPO / "clients" / "python" / "ctx_search_client"}
 # Imported only where an optional extra is installed, and said so at the import.
 EXTRA_IMPORTS = {"s3fs": "s3", "llama_index": "llamaindex", "langchain_core": "langchain"}
 # The frameworks the retrievers plug into are imported there only: the platform runs without them.
-FRAMEWORK_MODULES = {"llama_index": "contextual_assets/retrievers/llamaindex.py",
-                     "langchain_core": "contextual_assets/retrievers/langchain.py"}
+FRAMEWORK_MODULES = {"llama_index": "clients/python/ctx_search_client/llamaindex.py",
+                     "langchain_core": "clients/python/ctx_search_client/langchain.py"}
 
 
 def _project() -> dict:
@@ -39,7 +42,7 @@ def importers() -> dict[str, list[Path]]:
     """Top-level modules imported anywhere in the product's packages (absolute imports), with every file."""
     found: dict[str, list[Path]] = {}
     for package in PACKAGES:
-        for path in (REPO / package).rglob("*.py"):
+        for path in SOURCES[package].rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.Import):
                     names = [a.name for a in node.names]
@@ -82,7 +85,28 @@ def test_dagster_is_pinned_to_its_tested_minor_and_formats_have_an_upper_bound()
     requirements = {Requirement(r).name: Requirement(r) for r in _project()["dependencies"]}
     for name in ("dagster", "dagster-webserver", "dagster-postgres"):
         assert str(requirements[name].specifier).startswith("~="), f"{name} is not pinned to its minor"
-    for name in ("duckdb", "sentence-transformers", "psycopg", "torch", "pydantic"):
+    # pymupdf: its version is part of the index version (index_version.py); a new major may change its API.
+    for name in ("duckdb", "sentence-transformers", "psycopg", "torch", "pydantic", "pymupdf"):
         spec = requirements[name].specifier
         assert any(s.operator == "<" for s in spec), f"{name} has no upper bound: {spec}"
+    # Dagster's libraries in the extras (dagster-k8s, dagster-docker, dagster-aws, dagster-dg-cli) follow
+    # the same release lines: dagster's own (1.x) or its libraries' (0.x, as dagster-postgres).
+    lines = {str(requirements["dagster"].specifier), str(requirements["dagster-postgres"].specifier)}
+    for extra, reqs in _project()["optional-dependencies"].items():
+        for req in map(Requirement, reqs):
+            if req.name.startswith("dagster"):
+                assert str(req.specifier) in lines, f"{req.name} in [{extra}] is {req.specifier}, not one of {lines}"
+    assert "dagster-aws" in _names(_project()["optional-dependencies"]["s3"]), "S3 step logs need dagster-aws"
     assert "pgvector" not in requirements, "vectors are SQL literals; the adapter is not used (see pyproject)"
+
+
+def test_the_search_client_imports_httpx_and_pydantic_only():
+    """clients/python/ctx_search_client: what an application installs to call the search API."""
+    allowed = {"httpx", "pydantic", "ctx_search_client", "__future__", *FRAMEWORK_MODULES}
+    for path in SOURCES["ctx_search_client"].rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top in allowed, f"{path.name} imports {name}"

@@ -63,6 +63,7 @@ FLEET_CONFIGMAP = HELM / "fleet-configmap.yaml"
 SEARCH_SERVICE = HELM / "search-service.yaml"
 VLLM_MANIFEST = HELM / "vllm.yaml"
 GOLD_CONFIGMAP = HELM / "gold-configmap.yaml"
+MIGRATE_JOB = HELM / "ctx-migrate" / "templates" / "migrate-job.yaml"
 README = DEPLOY / "README.md"
 # The Kubernetes API the manifests are validated against (kubernetes-validate holds the schemas of each
 # minor up to its own version); deploy/README.md names it.
@@ -393,8 +394,10 @@ def dockerfile_problems(text: str) -> list[str]:
             args[key] = value.strip('"')
     base = next((rest for keyword, rest in instructions if keyword == "FROM"), "")
     base = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), base).split(" ")[0]
-    if base != "python:3.11-slim":
-        problems.append(f"base image is {base!r}, not python:3.11-slim")
+    # An exact Python 3.11 release on a named Debian (python:3.11.N-slim-<debian>), optionally by digest:
+    # never the moving python:3.11-slim.
+    if not re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?", base):
+        problems.append(f"base image is {base!r}, not an exact python:3.11.N-slim-<debian> release")
     if args.get("TORCH_INDEX_URL") != CPU_TORCH_INDEX:
         problems.append(f"TORCH_INDEX_URL defaults to {args.get('TORCH_INDEX_URL')!r}, not the CPU index")
     installs = [rest for keyword, rest in instructions if keyword == "RUN" and "pip install" in rest]
@@ -659,7 +662,7 @@ def test_compose_variables_are_all_in_env_example_and_secrets_are_not():
     assert used - set(example) == set(), "add these to deploy/.env.example"
     # The secrets are required (${VAR:?...}) and empty in the template: compose refuses to start until
     # deploy/.env sets them, and no password is committed.
-    for secret in ("POSTGRES_PASSWORD", "LLM_API_KEY", "CTX_SEARCH_TOKEN"):
+    for secret in ("POSTGRES_PASSWORD", "LLM_API_KEY", "CTX_SEARCH_TOKEN", "CTX_SEARCH_DB_PASSWORD"):
         assert example[secret] == "", f"{secret} has a value in .env.example"
         with pytest.raises(MissingVariable, match=secret):
             interpolate(compose_raw(), {**filled_env(), secret: ""})
@@ -678,7 +681,8 @@ def test_compose_services_have_images_and_what_they_reference_exists():
     assert compose_reference_problems(document) == []
     expected = {"postgres", "config-files", "code-server", "webserver", "daemon", "search"}
     assert expected <= set(document["services"])
-    assert document["services"]["postgres"]["image"].startswith("pgvector/pgvector:pg16")
+    # pgvector on Postgres 16, at an exact pgvector release (not the moving pg16 tag).
+    assert re.fullmatch(r"pgvector/pgvector:\d+\.\d+\.\d+-pg16", document["services"]["postgres"]["image"])
 
 
 def test_compose_reference_check_catches_missing_things():
@@ -875,7 +879,7 @@ def test_dockerfile_check_catches_mistakes():
         text.replace("COPY eval_assets ./eval_assets", "COPY eval_assets ./eval_assets\nCOPY .venv /venv")
         .replace("COPY contextual_assets ", "COPY contextual_asset ")
         .replace(DEFINITIONS_MODULE, "contextual_assets.defs.nowhere")
-        .replace("ARG PYTHON_IMAGE=python:3.11-slim", "ARG PYTHON_IMAGE=python:3.12")
+        .replace("ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm", "ARG PYTHON_IMAGE=python:3.12")
         .replace(f"TORCH_INDEX_URL={CPU_TORCH_INDEX}", "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128")
         .replace('-e ".[s3,k8s,docker]"', '-e ".[s3,gpu]"')
     )
@@ -883,6 +887,8 @@ def test_dockerfile_check_catches_mistakes():
     for fragment in (".venv: excluded", "contextual_asset: not in", "nowhere does not exist", "python:3.12", "cu128",
                      "without the extras ['docker', 'k8s']", "does not declare: ['gpu']"):
         assert any(fragment in p for p in problems), (fragment, problems)
+    moving = text.replace("ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm", "ARG PYTHON_IMAGE=python:3.11-slim")
+    assert any("not an exact python:3.11.N-slim" in p for p in dockerfile_problems(moving))
 
 
 def test_image_extras_pin_the_run_launchers_to_dagsters_tested_minor():
@@ -944,8 +950,10 @@ def test_helm_values_run_the_platform_on_the_k8s_run_launcher_with_external_post
     deployment = _user_deployment(values)
     assert deployment["codeServerArgs"][:2] == ["-m", DEFINITIONS_MODULE]
     assert deployment["port"] == 4000
-    assert "resources" not in deployment, "it would override the run launcher's run pod resources"
-    assert deployment["envSecrets"] == [{"name": "ctx-secrets"}]
+    # The chart copies the deployment's resources into the run pods (deep-merged over the launcher's), so
+    # they equal the launcher's (tests/unit/test_deploy_observability.py merges them as dagster-k8s does).
+    assert deployment["resources"] == values["runLauncher"]["config"]["k8sRunLauncher"]["resources"]
+    assert deployment["envSecrets"] == [{"name": "ctx-secrets"}, {"name": "ctx-object-store"}]
     secret_like = re.compile(r"(PASSWORD|TOKEN|API_KEY|DATABASE_URL|PG_URL)")
     assert not [key for key in deployment["env"] if secret_like.search(key)], "secrets belong in ctx-secrets"
     assert values["dagsterDaemon"]["runCoordinator"]["type"] == "QueuedRunCoordinator"
@@ -971,8 +979,17 @@ def test_gpu_variant_differs_only_in_image_gpu_limits_and_device():
     assert "CTX_EMBED_DEVICE=cuda" in gpu_launcher["envVars"]
     base_deployment, gpu_deployment = _user_deployment(base), _user_deployment(gpu)
     assert gpu_deployment["image"]["tag"] != base_deployment["image"]["tag"]
-    assert {**gpu_deployment, "image": None} == {**base_deployment, "image": None}
-    assert "resources" not in gpu_deployment, "the code server asks for no GPU"
+    # Apart from the image (its own and check-inbox's) and the memory the chart copies into the run pods,
+    # the same deployment.
+    def without_image(deployment: dict) -> dict:
+        out = copy.deepcopy(deployment)
+        out["image"] = out["resources"] = None
+        for init in out["initContainers"]:
+            init["image"] = None
+        return out
+    assert without_image(gpu_deployment) == without_image(base_deployment)
+    assert gpu_deployment["resources"]["requests"]["cpu"] == gpu_launcher["resources"]["requests"]["cpu"]
+    assert "nvidia.com/gpu" not in str(gpu_deployment["resources"]), "the code server asks for no GPU"
 
 
 def helm_files(deployment: dict) -> dict[str, str]:
@@ -1052,7 +1069,8 @@ def user_deployment_pod(deployment: dict) -> dict:
             "spec": {"containers": [container], "volumes": deployment["volumes"]}}
 
 
-@pytest.mark.parametrize("path", [FLEET_CONFIGMAP, SEARCH_SERVICE, VLLM_MANIFEST, GOLD_CONFIGMAP], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [FLEET_CONFIGMAP, SEARCH_SERVICE, VLLM_MANIFEST, GOLD_CONFIGMAP, MIGRATE_JOB],
+                         ids=lambda p: p.name)
 def test_kubernetes_manifests_validate_against_kubernetes_schemas(path):
     documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
     assert documents
@@ -1129,15 +1147,17 @@ def test_vllm_statefulset_runs_the_compose_flags_with_a_gpu_the_key_and_a_model_
 
 
 def test_search_service_manifest_reads_the_same_secrets():
-    deployment, service = yaml.safe_load_all(SEARCH_SERVICE.read_text())
-    assert (deployment["kind"], service["kind"]) == ("Deployment", "Service")
+    deployment, service, budget = yaml.safe_load_all(SEARCH_SERVICE.read_text())
+    assert (deployment["kind"], service["kind"], budget["kind"]) == ("Deployment", "Service", "PodDisruptionBudget")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"][:2] == ["ctx", "serve"] and _flag(container["args"], "--host") == "0.0.0.0"
     image = _user_deployment(helm_values())["image"]
     assert container["image"] == f"{image['repository']}:{image['tag']}"
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
-    assert {r["name"] for r in refs.values()} == {"ctx-secrets"}
-    assert set(refs) == {"DATABASE_URL", "CTX_SEARCH_TOKEN"}
+    # The token from ctx-secrets; the store as the read-only role, from its own Secret (never the owner's
+    # DATABASE_URL in ctx-secrets): tests/unit/test_deploy_observability.py.
+    assert refs == {"CTX_SEARCH_TOKEN": {"name": "ctx-secrets", "key": "CTX_SEARCH_TOKEN"},
+                    "DATABASE_URL": {"name": "ctx-search-db", "key": "DATABASE_URL"}}
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
 

@@ -1,10 +1,13 @@
-"""The current index version comes from configuration and the served model's identity alone: no
-request pool is started to name it."""
+"""The current index version comes from configuration, the served model's identity and the PDF parser's
+version alone: no request pool is started to name it."""
 
 from __future__ import annotations
 
+from importlib import metadata
+
 import pytest
 
+from contextual_assets import index_version
 from contextual_assets.defs.resources import (
     EmbedderResource,
     HeaderSourceResource,
@@ -14,9 +17,10 @@ from contextual_assets.errors import ConfigurationError
 from contextual_assets.headers.cache_key import HEADER_KEY_SCHEME
 from contextual_assets.fleet import pool
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY, ServedModel
-from contextual_assets.index_version import current_index_version
+from contextual_assets.index_version import current_index_version, index_fingerprint, index_version_of
 from contextual_assets.headers.openai_source import OpenAIHeaderSource
 from contextual_assets.parsing.tokens import token_counter
+from contextual_assets.parsing.pdf import parser_version
 
 
 def serve(monkeypatch, served: dict[str, list[ServedModel]]) -> list[str]:
@@ -79,3 +83,27 @@ def test_structural_and_none_need_no_endpoint():
     assert HeaderSourceResource(source="structural").identity()["header_source"] == "structural"
     assert HeaderSourceResource(source="none").identity() == {"header_source": "none", "header_model": "-",
                                                               "prompt_version": "-"}
+
+
+NO_HEADERS = {"header_source": "none", "header_model": "-", "prompt_version": "-"}
+
+
+def test_the_pdf_parsers_version_is_part_of_the_fingerprint():
+    """A PyMuPDF upgrade can change the chunks, so it builds another index version; the same parser, the same one."""
+    fingerprint = index_fingerprint(NO_HEADERS, "embedder-a", 512)
+    assert fingerprint["parser"] == parser_version() == f"pymupdf-{metadata.version('pymupdf')}"
+    assert fingerprint["chunker"].endswith("/512"), "the chunk budget is read back from `chunker`"
+    assert index_version_of(fingerprint) == index_version_of(index_fingerprint(NO_HEADERS, "embedder-a", 512))
+    assert index_fingerprint(NO_HEADERS, "embedder-a", 512, parser=parser_version()) == fingerprint
+    upgraded = index_fingerprint(NO_HEADERS, "embedder-a", 512, parser="pymupdf-2.0.1")
+    assert index_version_of(upgraded) != index_version_of(fingerprint)
+
+
+def test_the_current_index_version_follows_the_installed_parser(monkeypatch):
+    """Another installed PyMuPDF cannot be had in a test, so `parser_version` (ours; it reads the
+    installed distribution's metadata) is replaced where the fingerprint looks it up."""
+    headers = HeaderSourceResource(source="none")
+    version = current_index_version(headers, EmbedderResource(), ParsingResource())
+    assert current_index_version(headers, EmbedderResource(), ParsingResource()) == version, "stable"
+    monkeypatch.setattr(index_version, "parser_version", lambda: "pymupdf-99.0")
+    assert current_index_version(headers, EmbedderResource(), ParsingResource()) != version

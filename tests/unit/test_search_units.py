@@ -12,6 +12,18 @@ from contextual_assets.errors import ConfigurationError
 from contextual_assets.fusion import FusionWeights, reciprocal_rank_fusion
 
 
+def problem_detail(answer, status: int, slug: str) -> str:
+    """The detail of an RFC 9457 problem answer, after checking every member, its media type and that its
+    request id is the response's `X-Request-ID`."""
+    assert answer.status_code == status, answer.text
+    assert answer.headers["content-type"] == "application/problem+json", answer.headers
+    body = answer.json()
+    assert set(body) == {"type", "title", "status", "detail", "request_id"}, body
+    assert body["type"] == f"urn:ctx:problem:{slug}" and body["status"] == status and body["title"], body
+    assert body["request_id"] == answer.headers["x-request-id"] and "\n" not in body["detail"], body
+    return body["detail"]
+
+
 def test_weighted_fusion_follows_the_weights():
     dense, lexical = ["a", "b", "c"], ["c", "b", "d"]
     equal = dict(reciprocal_rank_fusion([dense, lexical], 4, constant=60))
@@ -137,7 +149,7 @@ def test_deeply_nested_json_is_a_400_not_a_500():
 
     client = TestClient(create_app(service=None, max_request_bytes=100_000))  # refused before the service
     answer = client.post("/search", content=b"[" * 50_000 + b"]" * 50_000)
-    assert answer.status_code == 400 and "not JSON" in answer.json()["error"]
+    assert "not JSON" in problem_detail(answer, 400, "bad-request")
 
 
 def test_in_memory_vectors_keep_the_most_recently_searched_versions_only():
@@ -180,7 +192,7 @@ def test_one_query_of_a_batch_that_is_invalid_or_fails_is_answered_alone():
     # must be that query's 500 as one JSON line, beside the other queries' own answers.
     client = TestClient(create_app(service=None))
     single = client.post("/v1/search", json={"query": "q"})
-    assert single.status_code == 500 and "service log" in single.json()["error"]
+    assert "service log" in problem_detail(single, 500, "internal-error")
     batch = client.post("/v1/search/batch", json={"queries": [
         {"query": "q"}, {"query": "q", "filter": {"page_from": 10**40}}, {"query": ""}, "not an object"]})
     assert batch.status_code == 200, batch.text
@@ -190,7 +202,7 @@ def test_one_query_of_a_batch_that_is_invalid_or_fails_is_answered_alone():
     assert results[1]["error"].startswith("filter.page_from: ") and "2147483647" in results[1]["error"]
     assert results[2]["error"].startswith("query: ")
     too_many = client.post("/v1/search/batch", json={"queries": [{"query": "q"}] * 33})
-    assert too_many.status_code == 422 and "queries" in too_many.json()["error"]
+    assert "queries" in problem_detail(too_many, 422, "invalid-field")
 
 
 def test_tokens_are_stripped_by_the_server_and_the_client():
@@ -204,6 +216,7 @@ def test_tokens_are_stripped_by_the_server_and_the_client():
     invalid = {"query": ""}  # refused after the token check: a 422 means the token was accepted
     assert app.post("/v1/search", json=invalid, headers={"Authorization": "Bearer s3cret"}).status_code == 422
     assert app.post("/v1/search", json=invalid, headers={"Authorization": "Bearer other"}).status_code == 401
+    problem_detail(app.post("/v1/search", json=invalid, headers={"Authorization": "Bearer other"}), 401, "unauthorized")
     assert SearchClient("http://127.0.0.1:9", " s3cret\n")._client.headers["Authorization"] == "Bearer s3cret"
     with pytest.raises(SearchServiceError, match="printable ASCII"):
         SearchClient("http://127.0.0.1:9", "s3c\nret")

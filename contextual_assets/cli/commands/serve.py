@@ -12,6 +12,8 @@ import uvicorn
 from contextual_assets.cli.main import EXIT_OK, EXIT_USAGE
 from contextual_assets.serving.app import ACCESS_LOG, create_app
 from contextual_assets.serving.client import token_from_env
+from contextual_assets.serving.keys import KeyRing
+from contextual_assets.serving.rate_limit import RateLimiter
 from contextual_assets.serving.service import service_from_settings
 from contextual_assets.settings import PlatformSettings
 
@@ -43,29 +45,38 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _keys(settings: PlatformSettings) -> KeyRing:
+    """The API keys: CTX_SEARCH_KEYS_FILE's and the token CTX_SEARCH_TOKEN_ENV names (a keys file that cannot
+    be read or is not a mapping `name: token` is a ConfigurationError naming CTX_SEARCH_KEYS_FILE: exit 2)."""
+    return KeyRing(token_from_env(settings.search_token_env), settings.search_keys_file or None)
+
+
 def run(args: argparse.Namespace) -> int:
     settings = PlatformSettings.from_env()
-    token = token_from_env(settings.search_token_env)
+    keys = _keys(settings)
     host = args.host or settings.serve_host
     port = args.port or settings.serve_port
-    if not is_loopback(host) and not token:
+    if not is_loopback(host) and not keys.enabled:
         if not args.insecure:  # checked before anything loads: a misdeployment fails at once, by name
             print(f"error: refusing to serve on {host} without a token: set {settings.search_token_env}, "
                   "or pass --insecure to serve without one", file=sys.stderr)
             return EXIT_USAGE
-        print(f"warning: serving on {host} without a token (--insecure); set {settings.search_token_env} to "
-              "require one", file=sys.stderr)
+        print(f"warning: serving on {host} without a token (--insecure); set {settings.search_token_env} "
+              "(or CTX_SEARCH_KEYS_FILE) to require one", file=sys.stderr)
+    limiter = RateLimiter(settings.serve_rate_limit_per_s, settings.serve_rate_burst)
     service = service_from_settings(settings, long_lived=True)
     default = service.default_version()
+    rate = f"{limiter.per_s:g}/s, bursts of {limiter.burst}" if limiter.enabled else "off"
     print(f"serving {service.store.location} on http://{host}:{port} "
           f"({service.alias} -> {service.production() or 'not set'}; default {default or 'none'}; "
-          f"token {'required' if token else 'off'})", file=sys.stderr, flush=True)
+          f"keys {', '.join(sorted(keys.keys())) if keys.enabled else 'off'}; rate limit {rate})",
+          file=sys.stderr, flush=True)
     if args.access_log:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         ACCESS_LOG.addHandler(handler)
         ACCESS_LOG.setLevel(logging.INFO)
         ACCESS_LOG.propagate = False  # the CLI's root handler shows WARNING and up only
-    app = create_app(service, token=token, max_request_bytes=settings.serve_max_request_bytes)
+    app = create_app(service, max_request_bytes=settings.serve_max_request_bytes, keys=keys, rate_limiter=limiter)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     return EXIT_OK
