@@ -243,18 +243,20 @@ def batch_check(server_url: str, paths: list[Path]) -> list[dict]:
     return rows
 
 
-def corpus(quick: bool, workdir: Path, dataset: Path, gold: Path | None) -> tuple[list[tuple[str, Path]], Path]:
+def corpus(quick: bool, workdir: Path, dataset: Path,
+           gold: Path | None) -> tuple[list[tuple[str, Path]], Path, dict | None]:
+    """(sources, gold, the quick subset's size or None)."""
     write_sample_corpus(workdir / "samples")  # the capacity probe's prompts and the batch check's documents
     if quick:
-        chunks, subset_gold, _ = codebase_subset(dataset, workdir / "quick")
-        return [(chunks.name, chunks)], gold or subset_gold
+        chunks, subset_gold, kept = codebase_subset(dataset, workdir / "quick")
+        return [(chunks.name, chunks)], gold or subset_gold, kept
     chunks = dataset / "codebase_chunks.json"
-    return [(chunks.name, chunks)], gold or dataset / "evaluation_set.dev.jsonl"
+    return [(chunks.name, chunks)], gold or dataset / "evaluation_set.dev.jsonl", None
 
 
 def run(quick: bool, workdir: Path, dataset: Path, gold: Path | None, capacity_s: float,
         fallback_share: float, request_timeout_s: float, checkpoint: Callable[[dict], None] | None = None) -> dict:
-    sources, gold_path = corpus(quick, workdir, dataset, gold)
+    sources, gold_path, subset = corpus(quick, workdir, dataset, gold)
     loop = SwapLoop(workdir, sources, gold_path, fallback_share, request_timeout_s)
     rows = loop.rows
     started = time.monotonic()
@@ -295,7 +297,7 @@ def run(quick: bool, workdir: Path, dataset: Path, gold: Path | None, capacity_s
     cache_rerun = swap_back(loop, rows, weights[MODEL_A.name], logs)
     return {
         "corpus": str(dataset / "codebase_chunks.json") + (" (quick subset)" if quick else ""),
-        "gold": str(gold_path.name), "quick_subset": codebase_subset(dataset, workdir / "quick")[2] if quick else None,
+        "gold": str(gold_path.name), "quick_subset": subset,
         "model_a": MODEL_A.name, "model_b": MODEL_B.name, "engine": rows[MODEL_A.name]["servers"][0]["engine"],
         "fallback_share": fallback_share, "request_timeout_s": request_timeout_s,
         "models": [{"name": name, **{k: v for k, v in row.items() if k != "name"}} for name, row in rows.items()],

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from ctx_search_client.client import clean_token
 from pydantic import RootModel, ValidationError, field_validator
 
 from contextual_assets.errors import ConfigurationError
@@ -63,7 +64,7 @@ class KeyRing:
 
     def __init__(self, token: str | None = None, keys_file: str | Path | None = None, *,
                  check_every_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self._token = (token or "").strip() or None  # a Secret's trailing newline would lock every client out
+        self._token = clean_token(token)  # a Secret's trailing newline would lock every client out
         self._path = Path(keys_file) if keys_file else None
         self._check_every_s, self._clock = check_every_s, clock
         self._lock = threading.Lock()
