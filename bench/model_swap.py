@@ -248,8 +248,8 @@ def corpus(quick: bool, workdir: Path, dataset: Path,
     """(sources, gold, the quick subset's size or None)."""
     write_sample_corpus(workdir / "samples")  # the capacity probe's prompts and the batch check's documents
     if quick:
-        chunks, subset_gold, kept = codebase_subset(dataset, workdir / "quick")
-        return [(chunks.name, chunks)], gold or subset_gold, kept
+        paths, subset_gold, kept = codebase_subset(dataset, workdir / "quick")
+        return [(path.name, path) for path in paths], gold or subset_gold, kept
     chunks = dataset / "codebase_chunks.json"
     return [(chunks.name, chunks)], gold or dataset / "evaluation_set.dev.jsonl", None
 
