@@ -4,13 +4,11 @@ Production is built with model A (Gemma 3 270M), the candidate with model B (Smo
 pointing CTX_LLM_BASE_URLS at that model's servers, exactly as an operator swaps a model; then
 `evaluate_and_promote` decides. Beside them the same corpus without headers and with structural headers. For
 each of none, structural, A and B: Pass@5/10/20, MRR, nDCG@10 per mode, header tokens, header wall time and
-tokens/s, header diagnostics (templated share, header domination) and the header checks; the gate's decision
-with its reasons for B against A and for each model against structural production.
+tokens/s, header diagnostics and checks; the gate's decision for B against A and each model against structural.
 
-Model B runs on two replicas of unequal speed (2 and 1 CPU threads): each replica's share of the requests
-against its capacity share (measured before, both saturated at once, on the same prompts), hedges, idle while
-requests were pending (from the replicas' own llama.cpp `/metrics`). Then: the header cache across the swap
-(model A again: no request), and `CTX_LLM_BATCH_SIZE` 1 vs 4 with model B (structured JSON answers).
+Model B runs on two replicas of unequal speed (2 and 1 CPU threads): each one's request share against its
+capacity share (measured before, both saturated, same prompts), hedges, idle while requests were pending (their
+llama.cpp `/metrics`). Then the header cache across the swap, and `CTX_LLM_BATCH_SIZE` 1 vs 4 with model B.
 
     python -m bench.model_swap --quick --json bench/results/model_swap_quick.json   # 16 codebase documents
     python -m bench.model_swap --json bench/results/model_swap.json                 # codebase dev half
@@ -137,7 +135,9 @@ class SwapLoop:
         chunks = self.store.corpus.chunks(version)
         sample = header_sample(chunks)
         headers, texts = [c.header for c in sample], [c.text for c in sample]
-        out = {"modes": modes, "templated_share": None, "header_domination": None}  # None: no headers
+        tasks = len({t.task_id for t in report.tasks})  # metrics: over the tasks whose evidence it holds
+        out = {"modes": modes, "tasks": tasks, "tasks_scored": tasks - len(report.stale) - len(report.broken),
+               "templated_share": None, "header_domination": None}  # None: no headers
         if any(headers):
             diagnostics = header_diagnostics(headers, texts, embed=self.embedder.embed)
             integrity = header_integrity(headers, texts, [c.source_doc for c in sample],
@@ -354,14 +354,14 @@ def prompt_tokens_served(servers: Replicas) -> float:
 
 
 def print_table(result: dict) -> None:
-    print(f"{'headers':14s} {'P@5':>6s} {'P@10':>6s} {'P@20':>6s} {'MRR':>6s} {'nDCG':>6s}  {'tokens':>7s} "
-          f"{'tok/s':>6s} {'templ':>6s} {'domin':>6s} {'fallbk':>6s}")
+    print(f"{'headers':14s} {'scored':>6s} {'P@5':>6s} {'P@10':>6s} {'P@20':>6s} {'MRR':>6s} {'nDCG':>6s}  "
+          f"{'tokens':>7s} {'tok/s':>6s} {'templ':>6s} {'domin':>6s} {'fallbk':>6s}")
     for row in result["models"]:
         h = row["modes"]["hybrid"]
-        print(f"{row['name']:14s} {h['pass_at_5']:6.1f} {h['pass_at_10']:6.1f} {h['pass_at_20']:6.1f} {h['mrr']:6.1f} "
-              f"{h['ndcg_at_10']:6.1f}  {row['header_tokens']:7d} {row['header_tokens_per_s'] or 0:6.1f} "
-              f"{row['templated_share'] or 0:6.3f} {row['header_domination'] or 0:6.3f} "
-              f"{row.get('structural_fallbacks', 0):6d}")
+        cells = " ".join(f"{h[k]:6.1f}" for k in ("pass_at_5", "pass_at_10", "pass_at_20", "mrr", "ndcg_at_10"))
+        print(f"{row['name']:14s} {row['tasks_scored']:>3d}/{row['tasks']:<2d} {cells}  {row['header_tokens']:7d} "
+              f"{row['header_tokens_per_s'] or 0:6.1f} {row['templated_share'] or 0:6.3f} "
+              f"{row['header_domination'] or 0:6.3f} {row.get('structural_fallbacks', 0):6d}")
     for g in result["gate"]:
         verdict = "promoted" if g["passed"] else "blocked"
         print(f"gate {g['candidate']} vs {g['production'] or '(none)'}: {verdict}; {'; '.join(g['reasons']) or '-'}")
