@@ -13,7 +13,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-FORMATS = ("text", "json")
+from contextual_assets.settings import LOG_FORMATS
+
 # A LogRecord's own attributes: anything else on a record came from `extra=`.
 _RECORD_FIELDS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -61,8 +62,8 @@ def _stderr_handlers(root: logging.Logger) -> list[logging.Handler]:
 def install_log_format(fmt: str) -> None:
     """Format the root logger's stderr handler as `fmt` says. `json`: a `JsonFormatter` on it (a handler
     is added when there is none, once however often this is called); `text`: the current format stays."""
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown log format {fmt!r}; expected one of {FORMATS}")
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"unknown log format {fmt!r}; expected one of {LOG_FORMATS}")
     if fmt == "text":
         return
     root = logging.getLogger()

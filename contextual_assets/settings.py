@@ -23,6 +23,7 @@ from contextual_assets.fusion import FusionWeights
 
 ENV_PREFIX = "CTX_"
 HEADER_SOURCES = ("auto", "openai", "structural", "none")
+LOG_FORMATS = ("text", "json")
 # The configuration objects a setting may set (`sets="<group>.<field>"`).
 GROUPS = ("headers", "parsing", "embedder", "reranker", "gate", "inbox")
 
@@ -63,7 +64,7 @@ class PlatformSettings(BaseSettings):
 
     # logging
     log_format: str = setting(
-        "text", area="logging", choices=("text", "json"),
+        "text", area="logging", choices=LOG_FORMATS,
         meaning="`json`: every process logs one JSON object a line to stderr (time, level, logger, message and the "
                 "request id where there is one), for log shippers; `text`: plain lines")
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-from ctx_search_client.client import clean_token
+from ctx_search_client.client import clean_token, sendable_token
 from pydantic import RootModel, ValidationError, field_validator
 
 from contextual_assets.errors import ConfigurationError
@@ -33,7 +33,7 @@ class KeysFile(RootModel[dict[str, str]]):
         for name, token in cleaned.items():
             if not name or not token:
                 raise ValueError(f"key {name!r} has an empty name or token")
-            if not (token.isascii() and token.isprintable()):
+            if not sendable_token(token):
                 raise ValueError(f"the token of key {name!r} is not printable ASCII")
         if len(set(cleaned.values())) != len(cleaned):
             raise ValueError("two keys share a token (each client needs its own)")

@@ -13,13 +13,14 @@ from contextual_assets import package_version
 
 from .api import Problem
 from .problems import PROBLEM_MEDIA_TYPE, PROBLEM_TYPES
+from .request_context import REQUEST_ID_HEADER
 from .routes import ROUTES, RouteSpec
 
 _REF = "#/components/schemas/{model}"
-_REQUEST_ID = {"name": "X-Request-ID", "in": "header", "required": False, "schema": {"type": "string"},
+_REQUEST_ID = {"name": REQUEST_ID_HEADER, "in": "header", "required": False, "schema": {"type": "string"},
                "description": "the request's id (1 to 128 of letters, digits and `._:~+/=-`; else one is made); "
                               "echoed on the response and in the access log"}
-_ID_HEADER = {"X-Request-ID": {"$ref": "#/components/headers/X-Request-ID"}}
+_ID_HEADER = {REQUEST_ID_HEADER: {"$ref": f"#/components/headers/{REQUEST_ID_HEADER}"}}
 _DESCRIPTION = ("Hybrid (dense + BM25) search over a promoted index version; `ctx serve`. Every error is an RFC "
                 "9457 problem (`application/problem+json`, the `Problem` schema), an unknown path (404) or method "
                 "(405) included; every response carries `X-Request-ID`.")
@@ -73,7 +74,8 @@ def openapi_document(*, bearer: bool) -> dict[str, Any]:
     types = ", ".join(f"`{t.uri}` ({t.status})" for t in PROBLEM_TYPES.values())
     components: dict[str, Any] = {
         "schemas": schemas["$defs"],
-        "headers": {"X-Request-ID": {"description": "the request's id (given or made)", "schema": {"type": "string"}}}}
+        "headers": {REQUEST_ID_HEADER: {"description": "the request's id (given or made)",
+                                        "schema": {"type": "string"}}}}
     if bearer:
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     return {"openapi": "3.1.0",

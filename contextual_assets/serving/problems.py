@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ctx_search_client.errors import PROBLEM_MEDIA_TYPE, one_line
 from starlette.responses import JSONResponse
 
 from .api import Problem
 
-PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:ctx:problem:"
 
 
@@ -56,11 +56,6 @@ def problem_type(status: int, slug: str | None = None) -> ProblemType:
         kind = "internal-error" if status >= 500 else "bad-request"
         return ProblemType(PROBLEM_TYPES[kind].slug, status, PROBLEM_TYPES[kind].title)
     return found
-
-
-def one_line(text: str) -> str:
-    """`text` on one line (newlines and runs of spaces collapsed)."""
-    return " ".join(str(text).split())
 
 
 def problem(status: int, detail: str, request_id: str, slug: str | None = None) -> Problem:

@@ -10,6 +10,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from ctx_search_client.errors import REQUEST_ID_HEADER
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -17,7 +18,6 @@ from .metrics import ServiceMetrics
 from .problems import problem_response
 
 ACCESS_LOG = logging.getLogger("ctx.serve.access")
-REQUEST_ID_HEADER = "X-Request-ID"
 UNMATCHED_ROUTE = "unmatched"  # the metrics' route label of a path or method no route takes (404, 405)
 _SANE_ID = re.compile(r"[A-Za-z0-9._:~+/=-]{1,128}")
 _CONTEXT_KEY = "ctx.request"

@@ -26,6 +26,7 @@ from contextual_assets.store import ChunkStore, open_store
 from contextual_assets.store.lexical_snapshot import LexicalSnapshot
 
 from .api import Hit, Readiness, SearchRequest, SearchResponse, VersionInfo, VersionsResponse
+from .recent import Recent
 from .vectors import VersionVectors
 from .version_cache import VersionCache
 
@@ -52,9 +53,11 @@ class SearchService:
         self.weights = weights or FusionWeights()
         self.reranker, self.rerank_candidates, self.max_k = reranker, rerank_candidates, max_k
         self.alias, self.alias_refresh_s = alias, alias_refresh_s
-        self._fallback = fallback_version
-        self._alias_seen: tuple[float, str | None] = (float("-inf"), None)
-        self._fallback_seen: tuple[float, str | None] = (float("-inf"), None)
+        # A promotion or rollback is served within `alias_refresh_s`, without a restart; the settings' version
+        # is computed again every FALLBACK_REFRESH_S (it loads the Dagster resources and may ask the fleet).
+        self._production = Recent(lambda: store.aliases.get(alias), alias_refresh_s)
+        self._fallback = Recent(fallback_version, FALLBACK_REFRESH_S) if fallback_version else None
+        self._chunk_counts: dict[str, Recent[int]] = {}  # readiness probes come every few seconds
         self._records: dict[str, dict] = {}
         self._batchers: dict[str, MicroBatcher[str, list[float]]] = {}
         self._lock = threading.Lock()
@@ -73,32 +76,20 @@ class SearchService:
 
     # ---- which version -----------------------------------------------------------------------
     def production(self) -> str | None:
-        """The alias's target, re-read at most every `alias_refresh_s`: a promotion or rollback is
-        served within that time, without a restart."""
-        now = time.monotonic()
-        with self._lock:
-            seen_at, version = self._alias_seen
-            if now - seen_at < self.alias_refresh_s:
-                return version
-        version = self.store.aliases.get(self.alias)
-        with self._lock:
-            self._alias_seen = (now, version)
-        return version
+        """The alias's target, re-read at most every `alias_refresh_s`."""
+        return self._production.get()
 
     def _fallback_version(self) -> str | None:
-        """The version the current settings build, recomputed at most every FALLBACK_REFRESH_S: computing
-        it loads the Dagster resources and may ask the fleet which model it serves."""
-        if self._fallback is None:
-            return None
-        now = time.monotonic()
+        """The version the current settings build (None without a fallback)."""
+        return self._fallback.get() if self._fallback is not None else None
+
+    def _chunk_count(self, version: str) -> int:
+        """The version's chunks, counted again at most every `alias_refresh_s` (a count reads the version's
+        rows); an empty version at every call (nothing to read), so readiness follows its first chunks at once."""
         with self._lock:
-            seen_at, version = self._fallback_seen
-            if now - seen_at < FALLBACK_REFRESH_S:
-                return version
-        version = self._fallback()
-        with self._lock:
-            self._fallback_seen = (now, version)
-        return version
+            count = self._chunk_counts.setdefault(version, Recent(
+                lambda: self.store.corpus.count_chunks(version), self.alias_refresh_s, keep=lambda chunks: chunks > 0))
+        return count.get()
 
     def default_version(self) -> str | None:
         return self.production() or self._fallback_version()
@@ -241,7 +232,7 @@ class SearchService:
         if not version:
             raise SearchError(503, f"nothing to serve: '{self.alias}' was never promoted and the current settings "
                                    "build no version; ingest and `ctx eval`")
-        chunks = self.store.corpus.count_chunks(version)
+        chunks = self._chunk_count(version)
         if chunks == 0:
             if production:
                 raise SearchError(503, f"'{self.alias}' points to {version}, which holds no chunks; promote a "

@@ -137,7 +137,6 @@ MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
 
 LATEST_SCHEMA: int = max(v for v, _ in MIGRATIONS["duckdb"])
 """The schema version this release needs (and `ctx migrate` brings a store to)."""
-SCHEMA_VERSION = LATEST_SCHEMA  # the earlier name
 
 assert all([v for v, _ in steps] == list(range(1, LATEST_SCHEMA + 1)) for steps in MIGRATIONS.values())
 

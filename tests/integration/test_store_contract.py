@@ -13,7 +13,7 @@ from contextual_assets.models import (
     content_hash,
 )
 from contextual_assets.store import open_store
-from contextual_assets.store.migrations import SCHEMA_VERSION
+from contextual_assets.store.migrations import LATEST_SCHEMA
 
 DIM = 8
 
@@ -61,9 +61,9 @@ def put(store, doc_id, texts, version="iv-a", offset=0):
 
 
 def test_migrations_are_versioned_and_idempotent(store):
-    assert store.schema_version() == SCHEMA_VERSION
-    assert store.migrate() == SCHEMA_VERSION
-    assert store.migrate() == SCHEMA_VERSION
+    assert store.schema_version() == LATEST_SCHEMA
+    assert store.migrate() == LATEST_SCHEMA
+    assert store.migrate() == LATEST_SCHEMA
 
 
 def test_replace_document_swaps_all_chunks(store):

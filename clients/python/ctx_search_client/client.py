@@ -21,6 +21,11 @@ def clean_token(token: str | None) -> str | None:
     return (token or "").strip() or None
 
 
+def sendable_token(token: str) -> bool:
+    """Whether `token` can travel in an `Authorization` header (printable ASCII)."""
+    return token.isascii() and token.isprintable()
+
+
 class _Endpoint:
     """What both clients share: the base URL, the headers, and how an answer is read."""
 
@@ -28,7 +33,7 @@ class _Endpoint:
         self.base_url = base_url.rstrip("/")
         self.hint = hint
         token = clean_token(token)
-        if token is not None and not (token.isascii() and token.isprintable()):
+        if token is not None and not sendable_token(token):
             raise SearchServiceError("the search token must be printable ASCII")
         self._token = token
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}

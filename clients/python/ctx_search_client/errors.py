@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from .models import LegacyErrorBody, ProblemDetails
 
 REQUEST_ID_HEADER = "X-Request-ID"
+PROBLEM_MEDIA_TYPE = "application/problem+json"
 _MAX_DETAIL_CHARS = 300
 
 
@@ -77,7 +78,7 @@ def _body_fields(response: httpx.Response) -> dict[str, str | int | None]:
             return {"detail": one_line(LegacyErrorBody.model_validate(body).error, _MAX_DETAIL_CHARS)}
         except ValidationError:
             pass
-    is_problem = response.headers.get("content-type", "").split(";")[0].strip() == "application/problem+json"
+    is_problem = response.headers.get("content-type", "").split(";")[0].strip() == PROBLEM_MEDIA_TYPE
     if isinstance(body, dict) and (is_problem or {"type", "title", "detail"} & body.keys()):
         try:
             problem = ProblemDetails.model_validate(body)
